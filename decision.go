@@ -1,0 +1,103 @@
+package floodgate
+
+import (
+	"context"
+	"time"
+)
+
+// Reason says why a request was denied.
+type Reason uint8
+
+// Reasons.
+const (
+	ReasonNone         Reason = iota // admitted
+	ReasonLimited                    // a rule's limit is reached; retry after RetryAfter
+	ReasonCostTooLarge               // the cost exceeds what a rule can ever admit; never retry
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonNone:
+		return "none"
+	case ReasonLimited:
+		return "limited"
+	case ReasonCostTooLarge:
+		return "cost_too_large"
+	}
+	return "unknown"
+}
+
+// A Decision is the answer for one key: whether the request is admitted and
+// everything needed to tell the client. For a policy of several rules, the
+// numbers are those of the deciding rule: for a denial, the denying rule
+// with the longest RetryAfter; for an admission, the rule with the fewest
+// Remaining. docs/ALGORITHMS.md defines each field per algorithm.
+type Decision struct {
+	Allowed bool
+	// Limit is the deciding rule's limit: requests per period.
+	Limit int64
+	// Remaining is how many more requests of cost 1 the deciding rule
+	// admits right now (up to its burst for bucket algorithms), not counting
+	// any soft or elastic allowance.
+	Remaining int64
+	// ResetAfter is the time until the key's state under the deciding rule
+	// is fully fresh again, if no more requests arrive.
+	ResetAfter time.Duration
+	// RetryAfter is, for a denial, the time until a request of the same cost
+	// would be admitted if no other request arrives; 0 when admitted, and 0
+	// with ReasonCostTooLarge, when no wait helps.
+	RetryAfter time.Duration
+	// Delay is a reservation's wait (Reserve, Wait) before the request may
+	// proceed; 0 otherwise.
+	Delay time.Duration
+	// Rule is the deciding rule's name.
+	Rule string
+	// Reason says why the request was denied.
+	Reason Reason
+	// Excess marks an admission beyond a rule's limit under soft or elastic
+	// throttling: past the soft line.
+	Excess bool
+}
+
+// OpKind is what an operation asks of a key.
+type OpKind uint8
+
+// The operations a store performs.
+const (
+	OpAllow   OpKind = iota // admit and consume if every rule fits, else consume nothing
+	OpPeek                  // report whether Cost would be admitted; consume nothing
+	OpReserve               // admit against capacity freeing within MaxDelay (bucket rules)
+	OpCharge                // record Cost whether or not it fits, clamped at capacity
+	OpRefund                // give back Cost, newest consumption first
+	OpReset                 // forget the key
+)
+
+var opNames = [...]string{"allow", "peek", "reserve", "charge", "refund", "reset"}
+
+func (k OpKind) String() string {
+	if int(k) < len(opNames) {
+		return opNames[k]
+	}
+	return "unknown"
+}
+
+// An Op is one operation on one key under one policy.
+type Op struct {
+	Policy   *Policy
+	Key      string
+	Kind     OpKind
+	Cost     int64
+	MaxDelay time.Duration // OpReserve: the longest acceptable Delay
+	Spare    uint64        // bit i: rule i's elastic signal reports spare capacity
+}
+
+// A Store keeps the state of every key and applies operations to it
+// atomically. Each key's rules are decided all or nothing. A batch decides
+// several keys (per IP and per user, say) in one call, one round trip for
+// a remote store; each key is atomic on its own, and each gets its decision.
+//
+// now is the caller's time in microseconds since the epoch.
+type Store interface {
+	Do(ctx context.Context, now int64, op Op) (Decision, error)
+	DoBatch(ctx context.Context, now int64, ops []Op, out []Decision) error
+}

@@ -1,0 +1,253 @@
+package algo
+
+import (
+	"math/bits"
+	"time"
+)
+
+// Kind selects an algorithm.
+type Kind uint8
+
+// The algorithms. TokenBucket, LeakyMeter and GCRA are the same algorithm
+// seen three ways (a bucket that refills, a bucket that leaks, a theoretical
+// arrival time); they share one implementation and make identical decisions.
+const (
+	TokenBucket         Kind = iota + 1 // continuous refill
+	TokenBucketInterval                 // Limit tokens restored at the end of each period
+	LeakyMeter                          // leaky bucket as a meter
+	LeakyShaper                         // leaky bucket as a queue with fixed outflow
+	GCRA                                // generic cell rate algorithm
+	FixedWindow                         // counter per aligned window
+	SlidingLog                          // exact log of timestamps
+	SlidingCounter                      // previous window weighted by overlap
+	SlidingSubwindow                    // ring of sub-window counters
+)
+
+// MaxLogSize caps the limit of a sliding-log rule: its state is one word
+// (8 bytes) per admitted request in the window, so a log of 10,000 costs
+// 80 KB per key.
+const MaxLogSize = 10_000
+
+// MaxSubwindows caps the number of sub-windows of a sliding sub-window rule.
+const MaxSubwindows = 4096
+
+// MaxExact is the largest magnitude any state word or intermediate sum may
+// reach: 2^53, the largest integer a Lua double (Redis) holds exactly.
+const MaxExact = 1 << 53
+
+// CalUnit is a calendar window unit for fixed windows.
+type CalUnit uint8
+
+// Calendar units.
+const (
+	CalNone CalUnit = iota
+	CalDay
+	CalWeek
+	CalMonth
+)
+
+// Params is one compiled rule: every number its algorithm needs.
+type Params struct {
+	Kind   Kind
+	Limit  int64 // L: requests per period
+	Period int64 // P: microseconds
+	Burst  int64 // B: base capacity in requests; equals Limit for window algorithms
+
+	// Bucket algorithms measure their level in units: one request is Unit
+	// units and the bucket drains Rate units per microsecond, with
+	// Unit = P/gcd(P,L) and Rate = L/gcd(P,L), so the rate L/P is exact.
+	Unit int64
+	Rate int64
+
+	Gran int64 // SlidingSubwindow: sub-window length in microseconds
+	N    int64 // SlidingSubwindow: number of sub-windows (Period/Gran)
+
+	Cal      CalUnit        // FixedWindow: calendar alignment, CalNone for epoch
+	Loc      *time.Location // FixedWindow: time zone of calendar windows
+	WeekDay0 time.Weekday   // FixedWindow: first day of a calendar week
+
+	Soft    int64 // soft mode: most requests admitted (> Burst); 0 when not soft
+	Elastic int64 // elastic mode: most admitted while spare; 0 when not elastic
+
+	CountRejected bool // SlidingLog: rejected requests enter the log too
+
+	Off   int // offset of this rule's words in the key's state
+	Width int // number of state words
+}
+
+// Ceiling is the capacity in requests that applies to one request: the soft
+// ceiling, the elastic ceiling when spare capacity is signalled, else Burst.
+func (p *Params) Ceiling(spare bool) int64 {
+	switch {
+	case p.Soft > 0:
+		return p.Soft
+	case p.Elastic > 0 && spare:
+		return p.Elastic
+	}
+	return p.Burst
+}
+
+// MaxCeiling is the largest capacity the rule can ever apply.
+func (p *Params) MaxCeiling() int64 {
+	return max(p.Burst, p.Soft, p.Elastic)
+}
+
+// Bucket reports whether the rule is one of the bucket algorithms, whose
+// level drains continuously and which can reserve future capacity.
+func (p *Params) Bucket() bool {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		return true
+	}
+	return false
+}
+
+// Reservable reports whether a request may be admitted now against
+// capacity that frees later (Wait's reservation).
+func (p *Params) Reservable() bool {
+	return p.Bucket() || p.Kind == TokenBucketInterval
+}
+
+// WidthFor returns the number of state words the rule needs.
+func (p *Params) WidthFor() int {
+	switch p.Kind {
+	case SlidingLog:
+		return 2 + int(p.MaxCeiling())
+	case SlidingCounter:
+		return 3
+	case SlidingSubwindow:
+		return 2 + int(p.N)
+	}
+	return 2
+}
+
+// Prepare fills the derived fields (Unit, Rate, N, Width) and reports a
+// problem as a short message naming the field, or "" when the rule is sound.
+func (p *Params) Prepare() string {
+	if p.Limit <= 0 {
+		return "limit: must be positive"
+	}
+	if p.Period <= 0 {
+		return "period: must be at least one microsecond"
+	}
+	if p.Period >= MaxExact/4 {
+		return "period: too long"
+	}
+	if p.Burst == 0 {
+		p.Burst = p.Limit
+	}
+	if p.Burst < 0 {
+		return "burst: must not be negative"
+	}
+	if p.Soft < 0 || p.Elastic < 0 {
+		return "mode: ceilings must not be negative"
+	}
+	if p.Soft > 0 && p.Soft < p.Burst {
+		return "soft: ceiling below the limit"
+	}
+	if p.Elastic > 0 && p.Elastic < p.Burst {
+		return "elastic: ceiling below the limit"
+	}
+	if p.Soft > 0 && p.Elastic > 0 {
+		return "mode: soft and elastic exclude each other"
+	}
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		g := gcd(p.Period, p.Limit)
+		p.Unit, p.Rate = p.Period/g, p.Limit/g
+		hi, lo := bits.Mul64(uint64(p.MaxCeiling()), uint64(p.Unit))
+		if hi != 0 || lo >= MaxExact/4 {
+			return "limit: the limit, burst and period together need more than 2^51 units; choose a limit that divides the period more evenly or a shorter period"
+		}
+	case TokenBucketInterval:
+		if p.MaxCeiling() >= MaxExact/4 {
+			return "burst: too large"
+		}
+	case FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindow:
+		if p.Burst != p.Limit {
+			return "burst: only bucket algorithms have a burst apart from the limit"
+		}
+		if p.MaxCeiling() >= 1<<31 {
+			return "limit: at most 2^31-1 for window algorithms"
+		}
+	default:
+		return "algorithm: unknown"
+	}
+	if p.Kind != FixedWindow && p.Cal != CalNone {
+		return "calendar: only fixed_window windows follow the calendar"
+	}
+	if p.Cal != CalNone && p.Loc == nil {
+		p.Loc = time.UTC
+	}
+	switch p.Kind {
+	case SlidingLog:
+		if p.MaxCeiling() > MaxLogSize {
+			return "limit: a sliding_log keeps one timestamp per request and is capped at 10000; use sliding_window or sliding_subwindow for larger limits"
+		}
+	case SlidingSubwindow:
+		if p.Gran <= 0 {
+			return "granularity: must be set for sliding_subwindow"
+		}
+		if p.Period%p.Gran != 0 {
+			return "granularity: must divide the period"
+		}
+		p.N = p.Period / p.Gran
+		if p.N < 1 || p.N > MaxSubwindows {
+			return "granularity: the period must hold between 1 and 4096 sub-windows"
+		}
+	}
+	if p.Kind != SlidingSubwindow && p.Gran != 0 {
+		return "granularity: only sliding_subwindow has sub-windows"
+	}
+	if p.Kind != SlidingLog && p.CountRejected {
+		return "count_rejected: only sliding_log counts rejected requests"
+	}
+	p.Width = p.WidthFor()
+	return ""
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// ceilDiv returns ceil(a/b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// floorDiv returns floor(a/b) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// mulDiv returns floor(a*b/c) for a, b >= 0, c > 0, without overflow.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return 1<<63 - 1
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
+}
+
+// mulDivCeil returns ceil(a*b/c) for a, b >= 0, c > 0, without overflow.
+func mulDivCeil(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	lo, carry := bits.Add64(lo, uint64(c-1), 0)
+	hi += carry
+	if hi >= uint64(c) {
+		return 1<<63 - 1
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
+}

@@ -1,0 +1,368 @@
+package algo
+
+import "time"
+
+// This file is the per-rule math: each function switches on the algorithm
+// and works on the rule's own state words s. State layouts:
+//
+//	bucket kinds (TokenBucket, LeakyMeter, GCRA, LeakyShaper):
+//	    s[0] level in units (consumed capacity), s[1] time of the last update
+//	TokenBucketInterval: s[0] requests consumed, s[1] anchor (start of the
+//	    current refill period)
+//	FixedWindow:      s[0] window start, s[1] count
+//	SlidingLog:       s[0] entries, s[1] ring head, s[2:] ring of timestamps
+//	SlidingCounter:   s[0] current window start, s[1] previous count, s[2] current count
+//	SlidingSubwindow: s[0] current sub-window index, s[1] total, s[2:] ring of counters
+
+// Advance brings a rule's state up to now (drains buckets, rolls windows,
+// drops expired log entries) and returns the time the rule works at: now,
+// or the latest time the state has already seen if the clock went back.
+// Advancing never changes a decision; it only normalises the state.
+func Advance(p *Params, s []int64, now int64) int64 {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		if now < s[1] {
+			now = s[1]
+		}
+		if s[0] > 0 {
+			if dt := now - s[1]; dt >= ceilDiv(s[0], p.Rate) {
+				s[0] = 0
+			} else {
+				s[0] -= dt * p.Rate
+			}
+		}
+		s[1] = now
+	case TokenBucketInterval:
+		if s[0] > 0 {
+			if now < s[1] {
+				now = s[1]
+			}
+			if d := now - s[1]; d >= p.Period {
+				k := d / p.Period
+				if k >= ceilDiv(s[0], p.Limit) {
+					s[0] = 0
+				} else {
+					s[0] -= k * p.Limit
+					s[1] += k * p.Period
+				}
+			}
+		}
+	case FixedWindow:
+		ws, _ := p.window(now)
+		switch {
+		case ws > s[0]:
+			s[0], s[1] = ws, 0
+		case ws < s[0]:
+			now = s[0]
+		}
+	case SlidingLog:
+		n, head, ring := s[0], s[1], s[2:]
+		if n > 0 {
+			if newest := ring[(head+n-1)%int64(len(ring))]; now < newest {
+				now = newest
+			}
+		}
+		for n > 0 && ring[head] <= now-p.Period {
+			head++
+			if head == int64(len(ring)) {
+				head = 0
+			}
+			n--
+		}
+		s[0], s[1] = n, head
+	case SlidingCounter:
+		ws := floorDiv(now, p.Period) * p.Period
+		switch {
+		case ws < s[0]:
+			now = s[0]
+		case ws == s[0]:
+		case ws == s[0]+p.Period:
+			s[0], s[1], s[2] = ws, s[2], 0
+		default:
+			s[0], s[1], s[2] = ws, 0, 0
+		}
+	case SlidingSubwindow:
+		cur := floorDiv(now, p.Gran)
+		switch {
+		case cur < s[0]:
+			now = s[0] * p.Gran
+		case cur > s[0]:
+			ring := s[2:]
+			if s[1] != 0 {
+				if cur-s[0] >= p.N {
+					clear(ring)
+					s[1] = 0
+				} else {
+					for j := s[0] + 1; j <= cur; j++ {
+						k := j % p.N
+						s[1] -= ring[k]
+						ring[k] = 0
+					}
+				}
+			}
+			s[0] = cur
+		}
+	}
+	return now
+}
+
+// window returns the fixed window [start, end) holding now.
+func (p *Params) window(now int64) (int64, int64) {
+	if p.Cal == CalNone {
+		ws := floorDiv(now, p.Period) * p.Period
+		return ws, ws + p.Period
+	}
+	t := time.UnixMicro(now).In(p.Loc)
+	y, m, d := t.Date()
+	var start, end time.Time
+	switch p.Cal {
+	case CalDay:
+		start = time.Date(y, m, d, 0, 0, 0, 0, p.Loc)
+		end = time.Date(y, m, d+1, 0, 0, 0, 0, p.Loc)
+	case CalWeek:
+		back := (int(t.Weekday()) - int(p.WeekDay0) + 7) % 7
+		start = time.Date(y, m, d-back, 0, 0, 0, 0, p.Loc)
+		end = time.Date(y, m, d-back+7, 0, 0, 0, 0, p.Loc)
+	default:
+		start = time.Date(y, m, 1, 0, 0, 0, 0, p.Loc)
+		end = time.Date(y, m+1, 1, 0, 0, 0, 0, p.Loc)
+	}
+	return start.UnixMicro(), end.UnixMicro()
+}
+
+// Used returns the requests the rule counts against its key at now, after
+// Advance (buckets round a partial request up).
+func Used(p *Params, s []int64, now int64) int64 {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		return ceilDiv(s[0], p.Unit)
+	case SlidingLog:
+		return s[0]
+	case SlidingCounter:
+		return s[2] + p.prevWeight(s, now)
+	case SlidingSubwindow, FixedWindow:
+		return s[1]
+	}
+	return s[0] // TokenBucketInterval
+}
+
+// prevWeight is the sliding-window counter's share of the previous window:
+// floor(prev * (P - elapsed) / P). Rounding down favours the client by less
+// than one request, as the seed articles' example (6.5 counts as 6) reads.
+func (p *Params) prevWeight(s []int64, now int64) int64 {
+	if s[1] == 0 {
+		return 0
+	}
+	return mulDiv(s[1], p.Period-(now-s[0]), p.Period)
+}
+
+// Fits reports whether a request of cost fits under ceiling at now. A
+// shaper admits without waiting only when its queue is empty.
+func Fits(p *Params, s []int64, now, cost, ceiling int64) bool {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA:
+		return s[0]+cost*p.Unit <= ceiling*p.Unit
+	case LeakyShaper:
+		return (cost == 0 || s[0] == 0) && s[0]+cost*p.Unit <= ceiling*p.Unit
+	}
+	return Used(p, s, now)+cost <= ceiling
+}
+
+// Commit consumes cost from the rule's state.
+func Commit(p *Params, s []int64, now, cost int64) {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		s[0] += cost * p.Unit
+	case TokenBucketInterval:
+		if s[0] == 0 {
+			s[1] = now
+		}
+		s[0] += cost
+	case FixedWindow:
+		s[1] += cost
+	case SlidingLog:
+		ring := s[2:]
+		m := int64(len(ring))
+		n, head := s[0], s[1]
+		for range min(cost, m) {
+			if n == m { // full: the oldest entry gives way
+				head++
+				if head == m {
+					head = 0
+				}
+				n--
+			}
+			ring[(head+n)%m] = now
+			n++
+		}
+		s[0], s[1] = n, head
+	case SlidingCounter:
+		s[2] += cost
+	case SlidingSubwindow:
+		s[2+s[0]%p.N] += cost
+		s[1] += cost
+	}
+}
+
+// Clamp caps what the state counts at the rule's largest ceiling (after a
+// charge, which records events whether or not they fit).
+func Clamp(p *Params, s []int64, now int64) {
+	c := p.MaxCeiling()
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		s[0] = min(s[0], c*p.Unit)
+	case TokenBucketInterval:
+		s[0] = min(s[0], c)
+	case FixedWindow:
+		s[1] = min(s[1], c)
+	case SlidingCounter:
+		s[2] = min(s[2], c)
+	case SlidingSubwindow:
+		if x := s[1] - c; x > 0 {
+			k := 2 + s[0]%p.N
+			x = min(x, s[k])
+			s[k] -= x
+			s[1] -= x
+		}
+	}
+}
+
+// Refund gives back up to cost requests, newest consumption first.
+func Refund(p *Params, s []int64, now, cost int64) {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		s[0] = max(0, s[0]-cost*p.Unit)
+	case TokenBucketInterval:
+		s[0] = max(0, s[0]-cost)
+	case FixedWindow:
+		s[1] = max(0, s[1]-cost)
+	case SlidingLog:
+		s[0] -= min(cost, s[0])
+	case SlidingCounter:
+		s[2] = max(0, s[2]-cost)
+	case SlidingSubwindow:
+		ring := s[2:]
+		for j := s[0]; cost > 0 && s[1] > 0 && j > s[0]-p.N; j-- {
+			k := floorMod(j, p.N)
+			x := min(cost, ring[k])
+			ring[k] -= x
+			s[1] -= x
+			cost -= x
+		}
+	}
+}
+
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// Remaining returns the whole requests admissible at now against the
+// rule's limit (the burst for buckets), not counting any soft or elastic
+// allowance beyond it.
+func Remaining(p *Params, s []int64, now int64) int64 {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		return max(0, (p.Burst*p.Unit-s[0])/p.Unit)
+	}
+	return max(0, p.Burst-Used(p, s, now))
+}
+
+// ResetAfter returns the time from now until the rule's state is fresh
+// again, if no more requests arrive.
+func ResetAfter(p *Params, s []int64, now int64) int64 {
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
+		return ceilDiv(s[0], p.Rate)
+	case TokenBucketInterval:
+		if s[0] == 0 {
+			return 0
+		}
+		return max(0, s[1]+ceilDiv(s[0], p.Limit)*p.Period-now)
+	case FixedWindow:
+		if s[1] == 0 {
+			return 0
+		}
+		_, end := p.window(now)
+		return end - now
+	case SlidingLog:
+		if s[0] == 0 {
+			return 0
+		}
+		ring := s[2:]
+		return ring[(s[1]+s[0]-1)%int64(len(ring))] + p.Period - now
+	case SlidingCounter:
+		if s[2] > 0 {
+			return s[0] + p.Period + p.firstElapsed(s[2], 0) - now
+		}
+		return max(0, s[0]+p.firstElapsed(s[1], 0)-now)
+	case SlidingSubwindow:
+		if s[1] == 0 {
+			return 0
+		}
+		ring := s[2:]
+		for j := s[0]; ; j-- {
+			if ring[floorMod(j, p.N)] != 0 {
+				return (j+p.N)*p.Gran - now
+			}
+		}
+	}
+	return 0
+}
+
+// firstElapsed returns the least elapsed time e in a window at which
+// floor(x*(P-e)/P) <= a, for a >= 0.
+func (p *Params) firstElapsed(x, a int64) int64 {
+	if x <= a {
+		return 0
+	}
+	// floor(x(P-e)/P) <= a  <=>  x(P-e) < (a+1)P  <=>  P-e <= ceil((a+1)P/x)-1
+	return max(0, p.Period-mulDivCeil(a+1, p.Period, x)+1)
+}
+
+// RetryAfter returns the time from now until a request of cost (at most
+// ceiling) would fit, if no other request arrives; 0 when it fits now.
+func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
+	if Fits(p, s, now, cost, ceiling) {
+		return 0
+	}
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA:
+		return ceilDiv(s[0]-(ceiling-cost)*p.Unit, p.Rate)
+	case LeakyShaper:
+		return ceilDiv(s[0], p.Rate) // until the queue is empty
+	case TokenBucketInterval:
+		k := ceilDiv(s[0]-(ceiling-cost), p.Limit)
+		return max(0, s[1]+k*p.Period-now)
+	case FixedWindow:
+		_, end := p.window(now)
+		return end - now
+	case SlidingLog:
+		ring := s[2:]
+		k := s[0] - (ceiling - cost) // oldest entries that must expire
+		return ring[(s[1]+k-1)%int64(len(ring))] + p.Period - now
+	case SlidingCounter:
+		if a := ceiling - cost - s[2]; a >= 0 {
+			return max(0, s[0]+p.firstElapsed(s[1], a)-now)
+		}
+		return s[0] + p.Period + p.firstElapsed(s[2], ceiling-cost) - now
+	case SlidingSubwindow:
+		ring, total := s[2:], s[1]
+		for j := s[0] - p.N + 1; j <= s[0]; j++ {
+			total -= ring[floorMod(j, p.N)]
+			if total <= ceiling-cost {
+				return (j+p.N)*p.Gran - now
+			}
+		}
+	}
+	return 0
+}
+
+// QueueDelay is a shaper's wait before a request admitted now may leave:
+// the time for the queue ahead of it to drain.
+func QueueDelay(p *Params, s []int64) int64 {
+	return ceilDiv(s[0], p.Rate)
+}

@@ -1,0 +1,291 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/clock"
+)
+
+// Clock is the time source of a Limiter: microseconds since the Unix epoch,
+// and a sleep measured on the same clock. Package clock has a coarse system
+// clock (the default), a precise one, and a manual one for tests.
+type Clock interface {
+	NowMicro() int64
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// An Event is one decision, as an Observer sees it.
+type Event struct {
+	Policy   *Policy
+	Key      string
+	Op       OpKind
+	Cost     int64
+	Decision Decision
+	Err      error // the store's error, if the decision could not be made
+}
+
+// An Observer sees every decision a Limiter makes, for metrics and logs. It
+// runs on the caller's goroutine and must be quick and safe for concurrent
+// use. A Limiter without one pays nothing for it.
+type Observer func(Event)
+
+// A Limiter applies a policy to keys held in a store.
+// It is safe for concurrent use.
+type Limiter struct {
+	policy  atomic.Pointer[Policy]
+	store   Store
+	clock   Clock
+	observe Observer
+}
+
+// An Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock sets the limiter's clock (default clock.Coarse).
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// WithObserver sets a hook that sees every decision.
+func WithObserver(o Observer) Option { return func(l *Limiter) { l.observe = o } }
+
+// NewLimiter returns a limiter applying p to keys kept in s.
+func NewLimiter(p *Policy, s Store, opts ...Option) *Limiter {
+	l := &Limiter{store: s, clock: clock.Coarse}
+	l.policy.Store(p)
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// Policy returns the limiter's current policy.
+func (l *Limiter) Policy() *Policy { return l.policy.Load() }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// ParamError reports a bad argument to a Limiter call, naming it.
+type ParamError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ParamError) Error() string { return "floodgate: " + e.Field + ": " + e.Msg }
+
+func (l *Limiter) do(ctx context.Context, key string, kind OpKind, cost int64, maxDelay time.Duration) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, &ParamError{Field: "cost", Msg: fmt.Sprintf("must not be negative, got %d", cost)}
+	}
+	p := l.policy.Load()
+	op := Op{Policy: p, Key: key, Kind: kind, Cost: cost, MaxDelay: maxDelay, Spare: p.spare()}
+	d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
+	if l.observe != nil {
+		l.observe(Event{Policy: p, Key: key, Op: kind, Cost: cost, Decision: d, Err: err})
+	}
+	return d, err
+}
+
+// Allow reports whether one request for key is admitted now, and consumes
+// it if so.
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.do(ctx, key, OpAllow, 1, 0)
+}
+
+// AllowN reports whether a request of cost n is admitted now, and consumes
+// it if so. A cost of 0 peeks: it reports the key's state, consuming
+// nothing.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	if n == 0 {
+		return l.do(ctx, key, OpPeek, 0, 0)
+	}
+	return l.do(ctx, key, OpAllow, n, 0)
+}
+
+// PeekN reports whether a request of cost n would be admitted now, without
+// consuming anything.
+func (l *Limiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, OpPeek, n, 0)
+}
+
+// Charge records cost n against key after the fact, whether or not it fits
+// (each rule's count is clamped at its capacity): count only what failed,
+// say. The decision's Allowed reports whether the charge fitted.
+func (l *Limiter) Charge(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, OpCharge, n, 0)
+}
+
+// Refund gives back up to n of what key consumed, newest first.
+func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, OpRefund, n, 0)
+}
+
+// Reset forgets key: its next request finds a fresh state.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	_, err := l.do(ctx, key, OpReset, 0, 0)
+	return err
+}
+
+// SetLimit changes the limit of the named rule. Every key keeps what it
+// has consumed, in requests, clamped to the new limit.
+func (l *Limiter) SetLimit(rule string, limit int64) error {
+	for {
+		old := l.policy.Load()
+		p, err := old.WithLimit(rule, limit)
+		if err != nil {
+			return err
+		}
+		if l.policy.CompareAndSwap(old, p) {
+			return nil
+		}
+	}
+}
+
+// SetPolicy replaces the limiter's policy. A policy of the same name keeps
+// each key's state, rule by rule, matched by rule name.
+func (l *Limiter) SetPolicy(p *Policy) { l.policy.Store(p) }
+
+// A Reservation is capacity taken now for a request that may proceed after
+// Delay. Cancel gives the capacity back.
+type Reservation struct {
+	Decision
+	l    *Limiter
+	p    *Policy
+	key  string
+	cost int64
+}
+
+// OK reports whether the reservation was made.
+func (r *Reservation) OK() bool { return r.Allowed }
+
+// Cancel gives the reserved capacity back, when the request will not
+// proceed after all.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	if !r.Allowed || r.cost == 0 {
+		return nil
+	}
+	op := Op{Policy: r.p, Key: r.key, Kind: OpRefund, Cost: r.cost}
+	_, err := r.l.store.Do(ctx, r.l.clock.NowMicro(), op)
+	r.Allowed = false
+	return err
+}
+
+// budget is how long ctx allows a wait to last.
+func budget(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return max(0, time.Until(dl))
+	}
+	return math.MaxInt64
+}
+
+// Reserve takes capacity for a request of cost n that may proceed after
+// the returned Delay, as golang.org/x/time/rate reserves: bucket rules
+// (token bucket, GCRA, the leaky-bucket shaper) lend capacity that frees
+// within the context's deadline; window rules must admit now. When the
+// reservation cannot be made, OK is false and nothing is consumed.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservation, error) {
+	d, err := l.do(ctx, key, OpReserve, n, budget(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &Reservation{Decision: d, l: l, p: l.policy.Load(), key: key, cost: n}, nil
+}
+
+// ErrDeadline is returned by Wait when the request cannot be admitted
+// before the context's deadline; nothing was consumed.
+var ErrDeadline = errors.New("floodgate: would wait past the context's deadline")
+
+// Wait blocks until one request for key is admitted.
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	_, err := l.WaitN(ctx, key, 1)
+	return err
+}
+
+// WaitN blocks until a request of cost n for key is admitted. Bucket rules
+// reserve future capacity and WaitN sleeps until the reservation's time;
+// window rules make it sleep until their retry-after and try again (never
+// polling). It returns at once with ErrDeadline, consuming nothing, when
+// the context's deadline comes too soon, with ErrCostTooLarge when no wait
+// can help, and with the context's error, giving the reservation back,
+// when the context ends while it sleeps.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		p := l.policy.Load()
+		maxDelay := budget(ctx)
+		op := Op{Policy: p, Key: key, Kind: OpReserve, Cost: n, MaxDelay: maxDelay, Spare: p.spare()}
+		if n < 0 {
+			return Decision{}, &ParamError{Field: "cost", Msg: fmt.Sprintf("must not be negative, got %d", n)}
+		}
+		d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
+		if l.observe != nil {
+			l.observe(Event{Policy: p, Key: key, Op: OpReserve, Cost: n, Decision: d, Err: err})
+		}
+		switch {
+		case err != nil:
+			return d, err
+		case d.Reason == ReasonCostTooLarge:
+			return d, ErrCostTooLarge
+		case d.Allowed:
+			if err := l.clock.Sleep(ctx, d.Delay); err != nil {
+				ref := Op{Policy: p, Key: key, Kind: OpRefund, Cost: n}
+				l.store.Do(context.WithoutCancel(ctx), l.clock.NowMicro(), ref) //nolint:errcheck // best effort; the wait's error wins
+				return d, err
+			}
+			return d, nil
+		case d.RetryAfter > maxDelay:
+			return d, ErrDeadline
+		}
+		if err := l.clock.Sleep(ctx, d.RetryAfter); err != nil {
+			return d, err
+		}
+	}
+}
+
+// An Item is one key of a batch.
+type Item struct {
+	Limiter *Limiter
+	Key     string
+	Cost    int64 // 0 peeks
+}
+
+// AllowBatch decides several keys (per IP and per user, say) in one store
+// call, one round trip for a remote store. Each key's rules are all or
+// nothing; keys are decided independently and out[i] is items[i]'s
+// decision. All limiters must share one store.
+func AllowBatch(ctx context.Context, items []Item, out []Decision) error {
+	if len(out) < len(items) {
+		return &ParamError{Field: "out", Msg: "shorter than items"}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	store, clk := items[0].Limiter.store, items[0].Limiter.clock
+	ops := make([]Op, len(items))
+	for i, it := range items {
+		if it.Limiter.store != store {
+			return &ParamError{Field: fmt.Sprintf("items[%d].Limiter", i), Msg: "uses a different store from items[0]"}
+		}
+		if it.Cost < 0 {
+			return &ParamError{Field: fmt.Sprintf("items[%d].Cost", i), Msg: fmt.Sprintf("must not be negative, got %d", it.Cost)}
+		}
+		p := it.Limiter.policy.Load()
+		kind := OpAllow
+		if it.Cost == 0 {
+			kind = OpPeek
+		}
+		ops[i] = Op{Policy: p, Key: it.Key, Kind: kind, Cost: it.Cost, Spare: p.spare()}
+	}
+	err := store.DoBatch(ctx, clk.NowMicro(), ops, out)
+	for i, it := range items {
+		if it.Limiter.observe != nil {
+			it.Limiter.observe(Event{Policy: ops[i].Policy, Key: it.Key, Op: ops[i].Kind, Cost: it.Cost, Decision: out[i], Err: err})
+		}
+	}
+	return err
+}

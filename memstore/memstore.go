@@ -1,0 +1,292 @@
+// Package memstore is Floodgate's embedded in-memory store: one process,
+// no setup.
+//
+// Keys are kept per policy in sharded open-addressing tables, so parallel
+// callers on different keys rarely meet on one lock, and a decision on an
+// existing key allocates nothing. A key is stored as a 64-bit keyed hash
+// (SipHash-2-4 under a random 128-bit key) beside its state words, not as a
+// string: at 1M keys a token-bucket key costs about 50 bytes in all. Two
+// distinct keys share a state only if their hashes collide: with n keys the
+// odds are about n²/2^65 (3 in 100 million at a million keys), and since the
+// hash key is secret and SipHash is a keyed pseudorandom function, a caller
+// cannot craft colliding keys on purpose.
+//
+// Idle keys expire on their own: a key whose state is back at fresh is
+// dropped by a periodic sweep and whenever a shard would otherwise grow.
+// The number of keys is capped; at the cap, inserting a new key evicts the
+// least consumed of a sample of keys (as Redis's maxmemory does), so a
+// flood of new keys pushes out other barely used keys, not a throttled one.
+// Evictions of keys that were still constraining are counted.
+//
+// Optionally the store writes a snapshot of every key to a file at an
+// interval and on Close, and reads it back in New, so that a restart does
+// not hand out a fresh daily quota.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/dchest/siphash"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
+)
+
+// Options configure a Store. The zero value is a good default.
+type Options struct {
+	// MaxKeys caps the number of keys over all policies (default 4,194,304).
+	// At the cap a new key evicts the least consumed key of a sample of 8
+	// from its shard. A shard holding fewer than 8 keys still grows, so the
+	// cap can be passed by at most 8 keys per shard.
+	MaxKeys int
+	// Shards per policy, rounded up to a power of two (default 64, or 8 per
+	// CPU if more).
+	Shards int
+	// SweepInterval is how often idle keys are dropped (default 1 minute;
+	// negative disables the background sweep).
+	SweepInterval time.Duration
+	// SnapshotPath, when set, is a file the store restores from in New and
+	// writes every SnapshotInterval (default 1 minute) and on Close.
+	SnapshotPath     string
+	SnapshotInterval time.Duration
+	// Clock times background sweeps and snapshots (default clock.Coarse).
+	Clock floodgate.Clock
+	// Logger receives snapshot errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Store is the in-memory store. It is safe for concurrent use.
+type Store struct {
+	k0, k1 uint64
+	opts   Options
+	shards int
+	shift  uint
+
+	reg     atomic.Pointer[map[*floodgate.Policy]*table]
+	mu      sync.Mutex // guards byName, pending and reg's writes
+	byName  map[string]*table
+	pending map[string]*snapTable // restored from a snapshot, not yet claimed
+
+	keys    atomic.Int64
+	evicted atomic.Int64
+	expired atomic.Int64
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a store. When opts.SnapshotPath names an existing snapshot,
+// its keys are restored; a snapshot that cannot be read is an error.
+func New(opts Options) (*Store, error) {
+	if opts.MaxKeys <= 0 {
+		opts.MaxKeys = 1 << 22
+	}
+	if opts.Shards <= 0 {
+		opts.Shards = max(64, 8*runtime.GOMAXPROCS(0))
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = time.Minute
+	}
+	if opts.SnapshotInterval <= 0 {
+		opts.SnapshotInterval = time.Minute
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Coarse
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{
+		opts:    opts,
+		byName:  map[string]*table{},
+		pending: map[string]*snapTable{},
+		stop:    make(chan struct{}),
+	}
+	b := bits.Len(uint(opts.Shards - 1))
+	s.shards, s.shift = 1<<b, uint(64-b)
+	reg := map[*floodgate.Policy]*table{}
+	s.reg.Store(&reg)
+	var seed [16]byte
+	if err := randRead(seed[:]); err != nil {
+		return nil, err
+	}
+	s.k0, s.k1 = le64(seed[:8]), le64(seed[8:])
+	if opts.SnapshotPath != "" {
+		if err := s.restore(opts.SnapshotPath); err != nil {
+			return nil, err
+		}
+	}
+	if opts.SweepInterval > 0 || opts.SnapshotPath != "" {
+		s.wg.Add(1)
+		go s.background()
+	}
+	return s, nil
+}
+
+// MustNew is New for options known to be good, with no snapshot to read.
+func MustNew(opts Options) *Store {
+	s, err := New(opts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Stats are a store's counters.
+type Stats struct {
+	Keys int64 // keys held now
+	// Evicted counts keys dropped to stay under MaxKeys while their state
+	// was not yet fresh, so that the eviction forgave something they had
+	// consumed (they were still constraining). Fresh keys dropped at the
+	// cap count as Expired.
+	Evicted int64
+	// Expired counts keys dropped because their state was fresh again.
+	Expired int64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Keys: s.keys.Load(), Evicted: s.evicted.Load(), Expired: s.expired.Load()}
+}
+
+// Close stops the background work and writes a last snapshot if one is
+// configured. The store still answers after Close.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		if s.opts.SnapshotPath != "" {
+			s.closeErr = s.Snapshot(s.opts.SnapshotPath)
+		}
+	})
+	return s.closeErr
+}
+
+func (s *Store) background() {
+	defer s.wg.Done()
+	var sweep, snap <-chan time.Time
+	if s.opts.SweepInterval > 0 {
+		t := time.NewTicker(s.opts.SweepInterval)
+		defer t.Stop()
+		sweep = t.C
+	}
+	if s.opts.SnapshotPath != "" {
+		t := time.NewTicker(s.opts.SnapshotInterval)
+		defer t.Stop()
+		snap = t.C
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-sweep:
+			s.Sweep(s.opts.Clock.NowMicro())
+		case <-snap:
+			if err := s.Snapshot(s.opts.SnapshotPath); err != nil {
+				s.opts.Logger.Error("memstore: snapshot failed", "path", s.opts.SnapshotPath, "err", err)
+			}
+		}
+	}
+}
+
+// Sweep drops every key whose state is fresh at now (microseconds).
+func (s *Store) Sweep(now int64) {
+	for _, t := range s.tables() {
+		for i := range t.shards {
+			sh := &t.shards[i]
+			sh.mu.Lock()
+			sh.sweep(t, now)
+			sh.mu.Unlock()
+		}
+	}
+}
+
+func (s *Store) tables() []*table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := make([]*table, 0, len(s.byName))
+	for _, t := range s.byName {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+func (s *Store) hash(key string) uint64 {
+	h := siphash.Hash(s.k0, s.k1, unsafe.Slice(unsafe.StringData(key), len(key)))
+	if h == 0 {
+		h = 1 // 0 marks an empty slot
+	}
+	return h
+}
+
+// table returns the table of p, creating or migrating it on first sight.
+func (s *Store) table(p *floodgate.Policy, now int64) *table {
+	if t, ok := (*s.reg.Load())[p]; ok {
+		return t
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.byName[p.Name()]
+	switch {
+	case t == nil:
+		t = s.newTable(p)
+		if snap := s.pending[p.Name()]; snap != nil {
+			delete(s.pending, p.Name())
+			s.adopt(t, snap, now)
+		}
+		s.byName[p.Name()] = t
+	case p.Version() > t.policy.Load().Version():
+		t.migrate(p, now)
+	}
+	old := *s.reg.Load()
+	reg := make(map[*floodgate.Policy]*table, len(old)+1)
+	for k, v := range old {
+		if v.policy.Load() == k || len(old) < 256 {
+			reg[k] = v
+		}
+	}
+	reg[p] = t
+	s.reg.Store(&reg)
+	return t
+}
+
+// Do performs op.
+func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
+	if op.Policy == nil {
+		return floodgate.Decision{}, errNoPolicy
+	}
+	t := s.table(op.Policy, now)
+	h := s.hash(op.Key)
+	sh := &t.shards[h>>s.shift]
+	sh.mu.Lock()
+	d := sh.do(t, h, now, op)
+	sh.mu.Unlock()
+	return d, nil
+}
+
+var errNoPolicy = errors.New("memstore: op without a policy")
+
+// DoBatch performs every op; each key is atomic on its own.
+func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) error {
+	if len(out) < len(ops) {
+		return errors.New("memstore: out is shorter than ops")
+	}
+	for i := range ops {
+		d, err := s.Do(ctx, now, ops[i])
+		if err != nil {
+			return err
+		}
+		out[i] = d
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package memstore
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/floodgate/floodgate"
+)
+
+// A table holds the keys of one policy (by name), in shards chosen by the
+// top bits of the key's hash. Each shard is an open-addressing table with
+// linear probing: slot i is words[i*w : (i+1)*w], word 0 the key's hash (0
+// for an empty slot) and the rest the policy's state words.
+type table struct {
+	store  *Store
+	policy atomic.Pointer[floodgate.Policy] // swapped only with every shard locked
+	shards []shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	words   []int64
+	w       int // words per slot
+	mask    int // slots-1
+	n       int // keys held
+	rng     uint64
+	scratch []int64 // a fresh state for operations on absent keys
+	_       [24]byte
+}
+
+const minSlots = 8
+
+func (s *Store) newTable(p *floodgate.Policy) *table {
+	t := &table{store: s, shards: make([]shard, s.shards)}
+	t.policy.Store(p)
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.w = 1 + p.Width()
+		sh.rng = s.k0 ^ uint64(i+1)*0x9e3779b97f4a7c15
+	}
+	return t
+}
+
+// find returns the slot holding h, or -1.
+func (sh *shard) find(h uint64) int {
+	if sh.words == nil {
+		return -1
+	}
+	for i := int(h) & sh.mask; ; i = (i + 1) & sh.mask {
+		switch uint64(sh.words[i*sh.w]) {
+		case h:
+			return i
+		case 0:
+			return -1
+		}
+	}
+}
+
+func (sh *shard) state(i int) []int64 { return sh.words[i*sh.w+1 : (i+1)*sh.w] }
+
+// do performs op on key hash h. The shard is locked.
+func (sh *shard) do(t *table, h uint64, now int64, op floodgate.Op) floodgate.Decision {
+	p := t.policy.Load()
+	i := sh.find(h)
+	if i < 0 {
+		switch op.Kind {
+		case floodgate.OpPeek, floodgate.OpRefund, floodgate.OpReset:
+			// Nothing to keep: answer from a fresh state.
+			if len(sh.scratch) != p.Width() {
+				sh.scratch = make([]int64, p.Width())
+			}
+			clear(sh.scratch)
+			return p.Apply(sh.scratch, now, op)
+		}
+		i = sh.insert(t, p, h, now)
+	}
+	d := p.Apply(sh.state(i), now, op)
+	if op.Kind == floodgate.OpReset || (!d.Allowed && op.Kind != floodgate.OpCharge && p.Consumption(sh.state(i), now) == 0) {
+		sh.deleteAt(t, i)
+	}
+	return d
+}
+
+// insert places a new key with a fresh state and returns its slot.
+func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int {
+	s := t.store
+	if s.keys.Load() >= int64(s.opts.MaxKeys) && sh.n >= evictSample {
+		sh.evict(t, p, now)
+	}
+	if sh.words == nil {
+		sh.words = make([]int64, minSlots*sh.w)
+		sh.mask = minSlots - 1
+	}
+	if (sh.n+1)*8 > (sh.mask+1)*7 {
+		// Full enough to grow: first drop fresh keys; grow unless that freed
+		// a good share.
+		if freed := sh.sweep(t, now); freed*4 < sh.n || (sh.n+1)*8 > (sh.mask+1)*7 {
+			sh.resize(2 * (sh.mask + 1))
+		}
+	}
+	i := int(h) & sh.mask
+	for sh.words[i*sh.w] != 0 {
+		i = (i + 1) & sh.mask
+	}
+	slot := sh.words[i*sh.w : (i+1)*sh.w]
+	clear(slot)
+	slot[0] = int64(h)
+	sh.n++
+	s.keys.Add(1)
+	return i
+}
+
+// resize rehashes the shard into slots slots.
+func (sh *shard) resize(slots int) {
+	old, w := sh.words, sh.w
+	sh.words = make([]int64, slots*w)
+	sh.mask = slots - 1
+	for j := 0; j+w <= len(old); j += w {
+		h := uint64(old[j])
+		if h == 0 {
+			continue
+		}
+		i := int(h) & sh.mask
+		for sh.words[i*w] != 0 {
+			i = (i + 1) & sh.mask
+		}
+		copy(sh.words[i*w:(i+1)*w], old[j:j+w])
+	}
+}
+
+// deleteAt empties slot i, shifting later members of its probe run back so
+// that lookups need no tombstones.
+func (sh *shard) deleteAt(t *table, i int) {
+	w, mask := sh.w, sh.mask
+	for j := i; ; {
+		j = (j + 1) & mask
+		hj := sh.words[j*w]
+		if hj == 0 {
+			break
+		}
+		home := int(hj) & mask
+		// Slot j may move back to i unless its home lies cyclically in (i, j].
+		if (i <= j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
+			copy(sh.words[i*w:(i+1)*w], sh.words[j*w:(j+1)*w])
+			i = j
+		}
+	}
+	clear(sh.words[i*w : (i+1)*w])
+	sh.n--
+	t.store.keys.Add(-1)
+}
+
+// sweep drops the keys whose state is fresh at now and returns how many.
+func (sh *shard) sweep(t *table, now int64) int {
+	p := t.policy.Load()
+	freed := 0
+	for i := 0; i <= sh.mask && sh.n > 0; {
+		if sh.words[i*sh.w] != 0 && p.Consumption(sh.state(i), now) == 0 {
+			sh.deleteAt(t, i) // another key may have moved into i: look again
+			freed++
+			continue
+		}
+		i++
+	}
+	if freed > 0 {
+		t.store.expired.Add(int64(freed))
+	}
+	if sh.n == 0 && sh.mask+1 > minSlots {
+		sh.words, sh.mask = nil, 0
+	}
+	return freed
+}
+
+const evictSample = 8
+
+// evict drops the least consumed of up to evictSample keys found from a
+// random slot on.
+func (sh *shard) evict(t *table, p *floodgate.Policy, now int64) {
+	sh.rng ^= sh.rng << 13
+	sh.rng ^= sh.rng >> 7
+	sh.rng ^= sh.rng << 17
+	start := int(sh.rng) & sh.mask
+	victim, least := -1, int64(1<<62)
+	for k, seen := 0, 0; k <= sh.mask && seen < evictSample; k++ {
+		i := (start + k) & sh.mask
+		if sh.words[i*sh.w] == 0 {
+			continue
+		}
+		seen++
+		if c := p.Consumption(sh.state(i), now); c < least {
+			victim, least = i, c
+		}
+	}
+	if victim < 0 {
+		return
+	}
+	sh.deleteAt(t, victim)
+	if least == 0 {
+		t.store.expired.Add(1) // fresh: dropping it changes nothing
+		return
+	}
+	t.store.evicted.Add(1) // its state was not fresh: it was still constraining
+}
+
+// migrate converts every key of the table to policy p (a newer version of
+// the table's policy), rule by rule matched by name.
+func (t *table) migrate(p *floodgate.Policy, now int64) {
+	for i := range t.shards {
+		t.shards[i].mu.Lock()
+	}
+	defer func() {
+		for i := range t.shards {
+			t.shards[i].mu.Unlock()
+		}
+	}()
+	old := t.policy.Load()
+	if old.SameLayout(p) {
+		t.policy.Store(p)
+		return
+	}
+	w := 1 + p.Width()
+	for i := range t.shards {
+		sh := &t.shards[i]
+		prev, ow := sh.words, sh.w
+		sh.words, sh.w, sh.n, sh.mask, sh.scratch = nil, w, 0, 0, nil
+		count := 0
+		for j := 0; j+ow <= len(prev); j += ow {
+			if prev[j] != 0 {
+				count++
+			}
+		}
+		slots := minSlots
+		for slots*7 < count*8 {
+			slots *= 2
+		}
+		if count > 0 {
+			sh.words, sh.mask = make([]int64, slots*w), slots-1
+		}
+		for j := 0; j+ow <= len(prev); j += ow {
+			h := uint64(prev[j])
+			if h == 0 {
+				continue
+			}
+			k := int(h) & sh.mask
+			for sh.words[k*w] != 0 {
+				k = (k + 1) & sh.mask
+			}
+			slot := sh.words[k*w : (k+1)*w]
+			p.Migrate(old, prev[j+1:j+ow], slot[1:], now)
+			if p.Consumption(slot[1:], now) == 0 {
+				clear(slot)
+				t.store.keys.Add(-1)
+				continue
+			}
+			slot[0] = int64(h)
+			sh.n++
+		}
+	}
+	t.policy.Store(p)
+}

@@ -1,0 +1,193 @@
+package floodgate
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/algo"
+)
+
+// A Policy is the set of rules applied to one key together, all or
+// nothing: a request is admitted only if every rule admits it, and a denied
+// request consumes nothing from any rule. Policies are immutable; WithLimit
+// returns a new version.
+//
+// The policy's name identifies its state in a store: two versions of a
+// policy with one name (say, before and after a limit change) share each
+// key's state, matched rule by rule by rule name.
+type Policy struct {
+	name    string
+	rules   []Rule
+	params  []algo.Params
+	width   int
+	elastic uint64 // bit i: rule i is elastic
+	seq     uint64
+}
+
+var policySeq atomic.Uint64
+
+// NewPolicy validates and compiles rules into a policy named name. An
+// empty name gives the policy a unique name of its own, so its state is
+// never shared.
+func NewPolicy(name string, rules ...Rule) (*Policy, error) {
+	if len(rules) == 0 {
+		return nil, &RuleError{Rule: "(none)", Field: "rules", Msg: "a policy needs at least one rule"}
+	}
+	if len(rules) > algo.MaxRules {
+		return nil, &RuleError{Rule: fmt.Sprintf("rules[%d]", algo.MaxRules), Field: "rules", Msg: fmt.Sprintf("a policy holds at most %d rules", algo.MaxRules)}
+	}
+	p := &Policy{name: name, seq: policySeq.Add(1)}
+	if p.name == "" {
+		p.name = fmt.Sprintf("policy#%d", p.seq)
+	}
+	seen := make(map[string]bool, len(rules))
+	for i, r := range rules {
+		if r.Name == "" {
+			r.Name = r.defaultName()
+		}
+		if seen[r.Name] {
+			return nil, &RuleError{Rule: fmt.Sprintf("rules[%d]", i), Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", r.Name)}
+		}
+		seen[r.Name] = true
+		ap, err := r.compile(r.Name)
+		if err != nil {
+			return nil, err
+		}
+		ap.Off = p.width
+		p.width += ap.Width
+		if ap.Elastic > 0 {
+			p.elastic |= 1 << i
+		}
+		p.rules = append(p.rules, r)
+		p.params = append(p.params, ap)
+	}
+	return p, nil
+}
+
+// MustPolicy is NewPolicy that panics on an invalid rule, for rules fixed
+// in the program's source.
+func MustPolicy(name string, rules ...Rule) *Policy {
+	p, err := NewPolicy(name, rules...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Name returns the policy's name.
+func (p *Policy) Name() string { return p.name }
+
+// Rules returns a copy of the policy's rules, names filled in.
+func (p *Policy) Rules() []Rule { return append([]Rule(nil), p.rules...) }
+
+// Version orders versions of policies: a later NewPolicy or WithLimit
+// returns a larger version.
+func (p *Policy) Version() uint64 { return p.seq }
+
+// Width is the number of int64 state words a key of this policy needs.
+func (p *Policy) Width() int { return p.width }
+
+// WithLimit returns a new version of the policy with rule's limit (and its
+// burst, when the burst was the limit) set to limit. Stores keep what each
+// key has consumed, in requests, clamped to the new capacity.
+func (p *Policy) WithLimit(rule string, limit int64) (*Policy, error) {
+	rules := p.Rules()
+	found := false
+	for i := range rules {
+		if rules[i].Name == rule {
+			if rules[i].Burst == rules[i].Limit {
+				rules[i].Burst = 0
+			}
+			rules[i].Limit = limit
+			found = true
+		}
+	}
+	if !found {
+		return nil, &RuleError{Rule: rule, Field: "name", Msg: fmt.Sprintf("policy %q has no such rule", p.name)}
+	}
+	return NewPolicy(p.name, rules...)
+}
+
+// spare evaluates the elastic rules' signals.
+func (p *Policy) spare() uint64 {
+	if p.elastic == 0 {
+		return 0
+	}
+	var m uint64
+	for i := range p.rules {
+		if p.elastic&(1<<i) != 0 && p.rules[i].Spare() {
+			m |= 1 << i
+		}
+	}
+	return m
+}
+
+// Apply performs op on one key's state (Width words, all zero for a key
+// never seen) at now, microseconds since the epoch, and returns the
+// decision. It is the whole algorithm: a store keeps the words and calls
+// Apply under whatever makes the key's update atomic.
+func (p *Policy) Apply(state []int64, now int64, op Op) Decision {
+	maxDelay := op.MaxDelay.Microseconds()
+	if op.Kind != OpReserve {
+		maxDelay = 0
+	}
+	r := algo.Apply(p.params, state[:p.width], now, algo.Op(op.Kind), op.Cost, maxDelay, op.Spare)
+	d := Decision{
+		Allowed:    r.Allowed,
+		Limit:      r.Limit,
+		Remaining:  r.Remaining,
+		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
+		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+		Delay:      time.Duration(r.Delay) * time.Microsecond,
+		Rule:       p.rules[r.Rule].Name,
+		Excess:     r.Excess,
+	}
+	switch {
+	case r.TooLarge:
+		d.Reason = ReasonCostTooLarge
+	case !r.Allowed:
+		d.Reason = ReasonLimited
+	}
+	return d
+}
+
+// Consumption reports how much of its capacity a key's most constrained
+// rule has used, in thousandths, advancing the state to now; 0 means the
+// state is fresh and may be dropped without changing any decision. Stores
+// use it to expire idle keys and to evict the least consumed keys first.
+func (p *Policy) Consumption(state []int64, now int64) int64 {
+	return algo.Consumption(p.params, state[:p.width], now)
+}
+
+// Migrate converts a key's state from policy from (another version of p)
+// to p, rule by rule matched by name, keeping what each rule consumed in
+// requests, clamped to the new capacity. Rules new to p start fresh.
+func (p *Policy) Migrate(from *Policy, old []int64, state []int64, now int64) {
+	clear(state[:p.width])
+	for i := range p.params {
+		for j := range from.params {
+			if from.rules[j].Name == p.rules[i].Name {
+				np, op := &p.params[i], &from.params[j]
+				algo.Convert(op, old[op.Off:op.Off+op.Width], np, state[np.Off:np.Off+np.Width], now)
+			}
+		}
+	}
+}
+
+// SameLayout reports whether keys of p and q have interchangeable state:
+// the same rules with the same parameters.
+func (p *Policy) SameLayout(q *Policy) bool {
+	if len(p.params) != len(q.params) {
+		return false
+	}
+	for i := range p.params {
+		a, b := p.params[i], q.params[i]
+		if p.rules[i].Name != q.rules[i].Name || a.Kind != b.Kind || a.Limit != b.Limit || a.Period != b.Period ||
+			a.Burst != b.Burst || a.Gran != b.Gran || a.Cal != b.Cal || a.Loc != b.Loc || a.WeekDay0 != b.WeekDay0 ||
+			a.Soft != b.Soft || a.Elastic != b.Elastic || a.CountRejected != b.CountRejected {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,244 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/algo"
+)
+
+// Algorithm names a limiting algorithm. The names are the ones used in
+// configuration files.
+type Algorithm string
+
+// The algorithms. docs/ALGORITHMS.md defines each one's decisions exactly.
+const (
+	// TokenBucket holds Burst tokens, starts full, and refills Limit tokens
+	// per Period: continuously by default, or all at once at the end of each
+	// period with Refill set to RefillInterval.
+	TokenBucket Algorithm = "token_bucket"
+	// LeakyBucket is the leaky bucket as a meter: each request pours its
+	// cost into a bucket of Burst that leaks Limit per Period; a request that
+	// would overflow is denied. It decides exactly as TokenBucket does.
+	LeakyBucket Algorithm = "leaky_bucket"
+	// LeakyBucketShaper is the leaky bucket as a queue with a fixed outflow
+	// of Limit per Period and room for Burst waiting requests: Wait queues a
+	// request and returns when its turn to leave comes; Allow admits only
+	// when the queue is empty; a request that finds the queue full is denied.
+	LeakyBucketShaper Algorithm = "leaky_bucket_shaper"
+	// GCRA is the generic cell rate algorithm (a theoretical arrival time
+	// per key); it decides exactly as TokenBucket does.
+	GCRA Algorithm = "gcra"
+	// FixedWindow counts requests per window of Period aligned to the Unix
+	// epoch, or per calendar day, week or month in a time zone.
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingLog keeps the time of every admitted request and admits while
+	// fewer than Limit fall in the last Period. Exact; its memory is one
+	// word per request in the window, so Limit is capped at 10,000.
+	SlidingLog Algorithm = "sliding_log"
+	// SlidingWindow is the sliding window counter: the current window's
+	// count plus the previous window's weighted by how much of it the
+	// sliding window still overlaps, rounded down.
+	SlidingWindow Algorithm = "sliding_window"
+	// SlidingSubwindow counts requests per sub-window of Granularity and
+	// admits while the last Period/Granularity sub-windows hold fewer than
+	// Limit.
+	SlidingSubwindow Algorithm = "sliding_subwindow"
+)
+
+// Refill is how a token bucket refills.
+type Refill string
+
+// Refill styles.
+const (
+	RefillContinuous Refill = "continuous" // Limit/Period tokens each instant (default)
+	RefillInterval   Refill = "interval"   // Limit tokens at the end of each period
+)
+
+// Calendar aligns fixed windows to the calendar in Rule.Location.
+type Calendar string
+
+// Calendar units.
+const (
+	CalendarDay   Calendar = "day"
+	CalendarWeek  Calendar = "week"
+	CalendarMonth Calendar = "month"
+)
+
+// Mode is a rule's throttling mode.
+type Mode string
+
+// Throttling modes.
+const (
+	// Hard admits nothing beyond the limit (default).
+	Hard Mode = "hard"
+	// Soft admits up to SoftPercent beyond the limit and marks such
+	// decisions with Excess.
+	Soft Mode = "soft"
+	// Elastic admits beyond the limit, up to ElasticCeiling, only while the
+	// rule's Spare signal reports spare capacity, and marks such decisions
+	// with Excess.
+	Elastic Mode = "elastic"
+)
+
+// A Rule is one limit: Limit requests per Period, by one algorithm.
+// Rules are values; a Policy validates and compiles them.
+type Rule struct {
+	// Name identifies the rule within its policy. State is matched to rules
+	// by name when a policy changes, so keep it stable. Defaults to
+	// "LIMIT/PERIOD", e.g. "10/1m0s".
+	Name      string
+	Algorithm Algorithm // default TokenBucket
+	Limit     int64     // requests per Period; must be positive
+	Period    time.Duration
+	// Burst is the bucket's capacity, the most admitted at once; defaults to
+	// Limit. Window algorithms have no burst apart from the limit.
+	Burst int64
+
+	Refill      Refill        // TokenBucket only
+	Granularity time.Duration // SlidingSubwindow: sub-window length, dividing Period
+	// Calendar aligns a FixedWindow to calendar days, weeks or months in
+	// Location (UTC if nil); Period is then ignored.
+	Calendar  Calendar
+	Location  *time.Location
+	WeekStart time.Weekday // first day of a calendar week; the zero value is Sunday
+	// CountRejected makes a SlidingLog record denied requests too, as the
+	// classic Redis sorted-set limiter does, so a client that keeps trying
+	// stays locked out.
+	CountRejected bool
+
+	Mode           Mode        // default Hard
+	SoftPercent    int64       // Soft: how far beyond the limit, in percent
+	ElasticCeiling int64       // Elastic: most requests (capacity) while spare
+	Spare          func() bool // Elastic: reports whether there is spare capacity
+}
+
+// RuleError reports an invalid rule, naming the rule and the field.
+type RuleError struct {
+	Rule  string // the rule's name, or its position as "rules[i]"
+	Field string // the field, as named in configuration files
+	Msg   string
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("rule %s: %s: %s", e.Rule, e.Field, e.Msg)
+}
+
+// ErrCostTooLarge is returned by Wait when the cost exceeds what a rule can
+// ever admit.
+var ErrCostTooLarge = errors.New("floodgate: cost exceeds what the limit can ever admit")
+
+func (r Rule) defaultName() string {
+	if r.Calendar != "" {
+		return fmt.Sprintf("%d/%s", r.Limit, r.Calendar)
+	}
+	return fmt.Sprintf("%d/%s", r.Limit, r.Period)
+}
+
+// compile validates r and returns its algorithm parameters.
+func (r Rule) compile(name string) (algo.Params, error) {
+	bad := func(field, msg string) (algo.Params, error) {
+		return algo.Params{}, &RuleError{Rule: name, Field: field, Msg: msg}
+	}
+	p := algo.Params{Limit: r.Limit, Burst: r.Burst, CountRejected: r.CountRejected}
+	if r.Limit <= 0 {
+		return bad("limit", fmt.Sprintf("must be positive, got %d", r.Limit))
+	}
+	if r.Burst < 0 {
+		return bad("burst", fmt.Sprintf("must not be negative, got %d", r.Burst))
+	}
+	switch r.Algorithm {
+	case TokenBucket, "":
+		p.Kind = algo.TokenBucket
+		switch r.Refill {
+		case RefillContinuous, "":
+		case RefillInterval:
+			p.Kind = algo.TokenBucketInterval
+		default:
+			return bad("refill", fmt.Sprintf("unknown refill %q (want continuous or interval)", r.Refill))
+		}
+	case LeakyBucket:
+		p.Kind = algo.LeakyMeter
+	case LeakyBucketShaper:
+		p.Kind = algo.LeakyShaper
+	case GCRA:
+		p.Kind = algo.GCRA
+	case FixedWindow:
+		p.Kind = algo.FixedWindow
+	case SlidingLog:
+		p.Kind = algo.SlidingLog
+	case SlidingWindow:
+		p.Kind = algo.SlidingCounter
+	case SlidingSubwindow:
+		p.Kind = algo.SlidingSubwindow
+	default:
+		return bad("algorithm", fmt.Sprintf("unknown algorithm %q", r.Algorithm))
+	}
+	if r.Refill != "" && r.Algorithm != TokenBucket && r.Algorithm != "" {
+		return bad("refill", "only token_bucket has a refill style")
+	}
+	switch r.Calendar {
+	case "":
+	case CalendarDay:
+		p.Cal, p.Period = algo.CalDay, (24 * time.Hour).Microseconds()
+	case CalendarWeek:
+		p.Cal, p.Period = algo.CalWeek, (7 * 24 * time.Hour).Microseconds()
+	case CalendarMonth:
+		p.Cal, p.Period = algo.CalMonth, (31 * 24 * time.Hour).Microseconds()
+	default:
+		return bad("calendar", fmt.Sprintf("unknown calendar %q (want day, week or month)", r.Calendar))
+	}
+	if r.Calendar != "" && r.Algorithm != FixedWindow {
+		return bad("calendar", "only fixed_window windows follow the calendar")
+	}
+	if p.Cal == algo.CalNone {
+		if r.Period < time.Microsecond {
+			return bad("period", fmt.Sprintf("must be at least 1µs, got %s", r.Period))
+		}
+		if r.Period%time.Microsecond != 0 {
+			return bad("period", fmt.Sprintf("must be a whole number of microseconds, got %s", r.Period))
+		}
+		p.Period = r.Period.Microseconds()
+	}
+	p.Loc, p.WeekDay0 = r.Location, r.WeekStart
+	if r.Granularity < 0 || r.Granularity%time.Microsecond != 0 {
+		return bad("granularity", fmt.Sprintf("must be a positive whole number of microseconds, got %s", r.Granularity))
+	}
+	p.Gran = r.Granularity.Microseconds()
+
+	burst := r.Burst
+	if burst == 0 {
+		burst = r.Limit
+	}
+	switch r.Mode {
+	case Hard, "":
+		if r.SoftPercent != 0 || r.ElasticCeiling != 0 || r.Spare != nil {
+			return bad("mode", "soft_percent, elastic_ceiling and spare need mode soft or elastic")
+		}
+	case Soft:
+		if r.SoftPercent <= 0 || r.SoftPercent > 10000 {
+			return bad("soft_percent", fmt.Sprintf("must be between 1 and 10000, got %d", r.SoftPercent))
+		}
+		p.Soft = burst + burst*r.SoftPercent/100
+		if p.Soft == burst {
+			p.Soft = burst + 1
+		}
+	case Elastic:
+		if r.ElasticCeiling <= burst {
+			return bad("elastic_ceiling", fmt.Sprintf("must exceed the limit (%d), got %d", burst, r.ElasticCeiling))
+		}
+		if r.Spare == nil {
+			return bad("spare", "elastic mode needs a spare-capacity signal")
+		}
+		p.Elastic = r.ElasticCeiling
+	default:
+		return bad("mode", fmt.Sprintf("unknown mode %q (want hard, soft or elastic)", r.Mode))
+	}
+	if msg := p.Prepare(); msg != "" {
+		field, text, _ := strings.Cut(msg, ": ")
+		return bad(field, text)
+	}
+	return p, nil
+}
