@@ -81,11 +81,15 @@ func (l *Limiter) do(ctx context.Context, key string, kind OpKind, cost int64, m
 		return Decision{}, &ParamError{Field: "cost", Msg: fmt.Sprintf("must not be negative, got %d", cost)}
 	}
 	p := l.policy.Load()
-	op := Op{Policy: p, Key: key, Kind: kind, Cost: cost, MaxDelay: maxDelay, Spare: p.spare()}
-	d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
-	if l.observe != nil {
-		l.observe(Event{Policy: p, Key: key, Op: kind, Cost: cost, Decision: d, Err: err})
+	op := Op{Policy: p, Key: key, Kind: kind, Cost: cost, MaxDelay: maxDelay}
+	if p.elastic != 0 {
+		op.Spare = p.spare()
 	}
+	if l.observe == nil {
+		return l.store.Do(ctx, l.clock.NowMicro(), op)
+	}
+	d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
+	l.observe(Event{Policy: p, Key: key, Op: kind, Cost: cost, Decision: d, Err: err})
 	return d, err
 }
 

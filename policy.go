@@ -128,28 +128,36 @@ func (p *Policy) spare() uint64 {
 // decision. It is the whole algorithm: a store keeps the words and calls
 // Apply under whatever makes the key's update atomic.
 func (p *Policy) Apply(state []int64, now int64, op Op) Decision {
-	maxDelay := op.MaxDelay.Microseconds()
-	if op.Kind != OpReserve {
-		maxDelay = 0
+	var d Decision
+	p.ApplyTo(state, now, &op, &d)
+	return d
+}
+
+// ApplyTo is Apply writing the decision into *d, for stores on the hot
+// path (it copies no large values).
+func (p *Policy) ApplyTo(state []int64, now int64, op *Op, d *Decision) {
+	var maxDelay int64
+	if op.Kind == OpReserve {
+		maxDelay = op.MaxDelay.Microseconds()
 	}
-	r := algo.Apply(p.params, state[:p.width], now, algo.Op(op.Kind), op.Cost, maxDelay, op.Spare)
-	d := Decision{
-		Allowed:    r.Allowed,
-		Limit:      r.Limit,
-		Remaining:  r.Remaining,
-		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
-		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
-		Delay:      time.Duration(r.Delay) * time.Microsecond,
-		Rule:       p.rules[r.Rule].Name,
-		Excess:     r.Excess,
-	}
+	var r algo.Result
+	algo.ApplyTo(p.params, state[:p.width], now, algo.Op(op.Kind), op.Cost, maxDelay, op.Spare, &r)
+	d.Allowed = r.Allowed
+	d.Limit = r.Limit
+	d.Remaining = r.Remaining
+	d.ResetAfter = time.Duration(r.ResetAfter) * time.Microsecond
+	d.RetryAfter = time.Duration(r.RetryAfter) * time.Microsecond
+	d.Delay = time.Duration(r.Delay) * time.Microsecond
+	d.Rule = p.rules[r.Rule].Name
+	d.Excess = r.Excess
 	switch {
 	case r.TooLarge:
 		d.Reason = ReasonCostTooLarge
 	case !r.Allowed:
 		d.Reason = ReasonLimited
+	default:
+		d.Reason = ReasonNone
 	}
-	return d
 }
 
 // Consumption reports how much of its capacity a key's most constrained

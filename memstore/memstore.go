@@ -261,15 +261,15 @@ func (s *Store) table(p *floodgate.Policy, now int64) *table {
 }
 
 // Do performs op.
-func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
+func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate.Decision, err error) {
 	if op.Policy == nil {
-		return floodgate.Decision{}, errNoPolicy
+		return d, errNoPolicy
 	}
 	t := s.table(op.Policy, now)
 	h := s.hash(op.Key)
 	sh := &t.shards[h>>s.shift]
 	sh.mu.Lock()
-	d := sh.do(t, h, now, op)
+	sh.do(t, h, now, &op, &d)
 	sh.mu.Unlock()
 	return d, nil
 }

@@ -58,8 +58,9 @@ func (sh *shard) find(h uint64) int {
 
 func (sh *shard) state(i int) []int64 { return sh.words[i*sh.w+1 : (i+1)*sh.w] }
 
-// do performs op on key hash h. The shard is locked.
-func (sh *shard) do(t *table, h uint64, now int64, op floodgate.Op) floodgate.Decision {
+// do performs op on key hash h, writing the decision to d. The shard is
+// locked.
+func (sh *shard) do(t *table, h uint64, now int64, op *floodgate.Op, d *floodgate.Decision) {
 	p := t.policy.Load()
 	i := sh.find(h)
 	if i < 0 {
@@ -70,15 +71,15 @@ func (sh *shard) do(t *table, h uint64, now int64, op floodgate.Op) floodgate.De
 				sh.scratch = make([]int64, p.Width())
 			}
 			clear(sh.scratch)
-			return p.Apply(sh.scratch, now, op)
+			p.ApplyTo(sh.scratch, now, op, d)
+			return
 		}
 		i = sh.insert(t, p, h, now)
 	}
-	d := p.Apply(sh.state(i), now, op)
+	p.ApplyTo(sh.state(i), now, op, d)
 	if op.Kind == floodgate.OpReset || (!d.Allowed && op.Kind != floodgate.OpCharge && p.Consumption(sh.state(i), now) == 0) {
 		sh.deleteAt(t, i)
 	}
-	return d
 }
 
 // insert places a new key with a fresh state and returns its slot.

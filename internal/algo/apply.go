@@ -41,6 +41,18 @@ type Result struct {
 // The deciding rule is, for a denial, the denying rule with the longest
 // retry-after; for an admission, the rule with the fewest remaining.
 func Apply(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, spare uint64) Result {
+	var r Result
+	ApplyTo(ps, st, now, op, cost, maxDelay, spare, &r)
+	return r
+}
+
+// ApplyTo is Apply writing its result into *out, which saves copying the
+// result on the hot path.
+func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, spare uint64, out *Result) {
+	if len(ps) == 1 {
+		apply1(&ps[0], st, now, op, cost, maxDelay, spare&1 != 0, out)
+		return
+	}
 	var (
 		nows  [MaxRules]int64
 		ceils [MaxRules]int64
@@ -48,7 +60,8 @@ func Apply(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, spar
 		fit   [MaxRules]bool
 	)
 	n := len(ps)
-	r := Result{Allowed: true}
+	r := out
+	*r = Result{Allowed: true}
 	for i := range n {
 		p := &ps[i]
 		s := st[p.Off : p.Off+p.Width]
@@ -141,7 +154,7 @@ func Apply(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, spar
 		if !r.Allowed && !r.TooLarge {
 			retry = RetryAfter(p, s, nows[i], cost, ceils[i])
 		}
-		if r.Allowed && Used(p, s, nows[i]) > p.Burst {
+		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, nows[i]) > p.Burst {
 			r.Excess = true
 		}
 		var better bool
@@ -175,7 +188,6 @@ func Apply(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, spar
 	if r.Allowed {
 		r.RetryAfter = 0
 	}
-	return r
 }
 
 // Consumption returns how much of its capacity the most constrained rule

@@ -21,17 +21,7 @@ import "time"
 func Advance(p *Params, s []int64, now int64) int64 {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
-		if now < s[1] {
-			now = s[1]
-		}
-		if s[0] > 0 {
-			if dt := now - s[1]; dt >= ceilDiv(s[0], p.Rate) {
-				s[0] = 0
-			} else {
-				s[0] -= dt * p.Rate
-			}
-		}
-		s[1] = now
+		now = bucketAdvance(p, s, now)
 	case TokenBucketInterval:
 		if s[0] > 0 {
 			if now < s[1] {
@@ -161,9 +151,9 @@ func (p *Params) prevWeight(s []int64, now int64) int64 {
 func Fits(p *Params, s []int64, now, cost, ceiling int64) bool {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA:
-		return s[0]+cost*p.Unit <= ceiling*p.Unit
+		return bucketFits(p, s, cost, ceiling)
 	case LeakyShaper:
-		return (cost == 0 || s[0] == 0) && s[0]+cost*p.Unit <= ceiling*p.Unit
+		return (cost == 0 || s[0] == 0) && bucketFits(p, s, cost, ceiling)
 	}
 	return Used(p, s, now)+cost <= ceiling
 }
@@ -266,7 +256,7 @@ func floorMod(a, b int64) int64 {
 func Remaining(p *Params, s []int64, now int64) int64 {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
-		return max(0, (p.Burst*p.Unit-s[0])/p.Unit)
+		return bucketRemaining(p, s)
 	}
 	return max(0, p.Burst-Used(p, s, now))
 }
@@ -276,7 +266,7 @@ func Remaining(p *Params, s []int64, now int64) int64 {
 func ResetAfter(p *Params, s []int64, now int64) int64 {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
-		return ceilDiv(s[0], p.Rate)
+		return bucketReset(p, s)
 	case TokenBucketInterval:
 		if s[0] == 0 {
 			return 0
@@ -331,7 +321,7 @@ func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
 	}
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA:
-		return ceilDiv(s[0]-(ceiling-cost)*p.Unit, p.Rate)
+		return bucketRetry(p, s, cost, ceiling)
 	case LeakyShaper:
 		return ceilDiv(s[0], p.Rate) // until the queue is empty
 	case TokenBucketInterval:
