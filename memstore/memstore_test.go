@@ -1,0 +1,262 @@
+package memstore_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/memstore"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newStore(t *testing.T, opts memstore.Options) *memstore.Store {
+	t.Helper()
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = -1 // tests sweep by hand, at the manual clock's time
+	}
+	s, err := memstore.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func perMinute(name string, n int64) *floodgate.Policy {
+	return floodgate.MustPolicy(name, floodgate.Rule{Name: "minute", Limit: n, Period: time.Minute})
+}
+
+func TestZeroAllocsOnExistingKey(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket,
+		floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.SlidingLog, floodgate.SlidingSubwindow} {
+		r := floodgate.Rule{Algorithm: alg, Limit: 100, Period: time.Minute}
+		if alg == floodgate.SlidingSubwindow {
+			r.Granularity = time.Second
+		}
+		l := floodgate.NewLimiter(floodgate.MustPolicy("z-"+string(alg), r), newStore(t, memstore.Options{}), floodgate.WithClock(clk))
+		l.Allow(ctx, "user:1")
+		allocs := testing.AllocsPerRun(1000, func() {
+			l.Allow(ctx, "user:1")
+			l.AllowN(ctx, "user:1", 0)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per decision on an existing key, want 0", alg, allocs)
+		}
+	}
+}
+
+// A flood of new keys at the cap must not evict a throttled key: the
+// sampled eviction always finds a less consumed key to drop.
+func TestFloodDoesNotFreeThrottledKey(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	s := newStore(t, memstore.Options{MaxKeys: 256, Shards: 4})
+	l := floodgate.NewLimiter(perMinute("flood", 10), s, floodgate.WithClock(clk))
+	for range 10 {
+		if d, _ := l.Allow(ctx, "victim"); !d.Allowed {
+			t.Fatal("victim's first 10 requests must pass")
+		}
+	}
+	for i := range 100_000 {
+		if d, _ := l.Allow(ctx, "attacker:"+strconv.Itoa(i)); !d.Allowed {
+			t.Fatalf("fresh key %d denied", i)
+		}
+		if i%1000 == 0 {
+			clk.Advance(time.Millisecond)
+		}
+	}
+	d, _ := l.Allow(ctx, "victim")
+	if d.Allowed {
+		t.Fatal("the flood of new keys freed the throttled key")
+	}
+	st := s.Stats()
+	if st.Keys > 256+8*4 {
+		t.Errorf("store holds %d keys, cap 256 (+8 per shard)", st.Keys)
+	}
+	if st.Evicted < 90_000 {
+		t.Errorf("evicted %d keys, want every constraining key dropped at the cap counted", st.Evicted)
+	}
+}
+
+func TestIdleKeysExpire(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	s := newStore(t, memstore.Options{})
+	l := floodgate.NewLimiter(perMinute("idle", 5), s, floodgate.WithClock(clk))
+	for i := range 1000 {
+		l.Allow(ctx, "k"+strconv.Itoa(i))
+	}
+	if got := s.Stats().Keys; got != 1000 {
+		t.Fatalf("keys = %d, want 1000", got)
+	}
+	// One token of a 5/minute bucket refills in 12 s.
+	clk.Advance(12*time.Second - time.Microsecond)
+	s.Sweep(clk.NowMicro())
+	if got := s.Stats().Keys; got != 1000 {
+		t.Fatalf("before 12s keys = %d, want all 1000 still constraining", got)
+	}
+	clk.Advance(time.Microsecond) // every bucket is full again
+	s.Sweep(clk.NowMicro())
+	if st := s.Stats(); st.Keys != 0 || st.Expired != 1000 {
+		t.Fatalf("after 12s: %+v, want 0 keys and 1000 expired", st)
+	}
+}
+
+func TestDeniedNewKeyAndResetLeaveNothing(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, memstore.Options{})
+	l := floodgate.NewLimiter(perMinute("nothing", 5), s, floodgate.WithClock(clock.NewManual(t0)))
+	if d, _ := l.AllowN(ctx, "big", 6); d.Allowed || d.Reason != floodgate.ReasonCostTooLarge {
+		t.Fatalf("cost 6 on a limit of 5: %+v", d)
+	}
+	l.AllowN(ctx, "peek", 0)
+	l.Refund(ctx, "refund", 1)
+	l.Allow(ctx, "reset")
+	l.Reset(ctx, "reset")
+	if got := s.Stats().Keys; got != 0 {
+		t.Fatalf("keys = %d, want 0", got)
+	}
+}
+
+func TestSnapshotRestoresConsumption(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	path := filepath.Join(t.TempDir(), "state.snap")
+	daily := floodgate.Rule{Name: "day", Algorithm: floodgate.FixedWindow, Limit: 3, Calendar: floodgate.CalendarDay}
+	s1, err := memstore.New(memstore.Options{SnapshotPath: path, SweepInterval: -1, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1 := floodgate.NewLimiter(floodgate.MustPolicy("quota", daily), s1, floodgate.WithClock(clk))
+	for range 3 {
+		l1.Allow(ctx, "user:241531")
+	}
+	l1.Allow(ctx, "user:7")
+	if err := s1.Close(); err != nil { // writes the snapshot
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot file: %v %v", fi, err)
+	}
+
+	clk.Advance(time.Hour) // a restart within the same day
+	s2, err := memstore.New(memstore.Options{SnapshotPath: path, SweepInterval: -1, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	// A new process builds its policy anew, with the same name.
+	l2 := floodgate.NewLimiter(floodgate.MustPolicy("quota", daily), s2, floodgate.WithClock(clk))
+	if d, _ := l2.Allow(ctx, "user:241531"); d.Allowed {
+		t.Fatal("restart handed out a fresh daily quota")
+	}
+	if d, _ := l2.Allow(ctx, "user:7"); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("user:7 after restart: %+v, want admitted with 1 remaining", d)
+	}
+	clk.Advance(24 * time.Hour)
+	if d, _ := l2.Allow(ctx, "user:241531"); !d.Allowed {
+		t.Fatal("next day must admit again")
+	}
+}
+
+func TestSnapshotAdoptedByChangedPolicy(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s1 := newStore(t, memstore.Options{SnapshotPath: path, Clock: clk})
+	l1 := floodgate.NewLimiter(perMinute("p", 10), s1, floodgate.WithClock(clk))
+	for range 8 {
+		l1.Allow(ctx, "k")
+	}
+	if err := s1.Snapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(t, memstore.Options{SnapshotPath: path, Clock: clk})
+	// The limit was lowered to 5 while the process was down: 8 consumed,
+	// clamped to the new limit, leaves nothing.
+	l2 := floodgate.NewLimiter(perMinute("p", 5), s2, floodgate.WithClock(clk))
+	if d, _ := l2.Allow(ctx, "k"); d.Allowed {
+		t.Fatalf("consumption was lost in the conversion: %+v", d)
+	}
+}
+
+func TestCorruptSnapshotIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.snap")
+	os.WriteFile(path, []byte("not a snapshot at all, just some bytes"), 0o600)
+	if _, err := memstore.New(memstore.Options{SnapshotPath: path}); err == nil {
+		t.Fatal("want an error for a corrupt snapshot")
+	}
+	os.WriteFile(path, nil, 0o600)
+	if _, err := memstore.New(memstore.Options{SnapshotPath: path}); err == nil {
+		t.Fatal("want an error for an empty snapshot")
+	}
+}
+
+// SetLimit with a million keys converts every key in place.
+func TestSetLimitKeepsConsumptionAcrossGrowth(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	s := newStore(t, memstore.Options{})
+	l := floodgate.NewLimiter(floodgate.MustPolicy("grow", floodgate.Rule{Name: "log", Algorithm: floodgate.SlidingLog, Limit: 4, Period: time.Minute}), s, floodgate.WithClock(clk))
+	for i := range 2000 {
+		for range 3 {
+			l.Allow(ctx, "k"+strconv.Itoa(i))
+		}
+	}
+	if err := l.SetLimit("log", 6); err != nil { // the log's width changes
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		d, _ := l.Allow(ctx, "k"+strconv.Itoa(i))
+		if !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("key %d after raising the limit to 6: %+v, want admitted with 2 remaining", i, d)
+		}
+	}
+	if err := l.SetLimit("log", 2); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Allow(ctx, "k0"); d.Allowed {
+		t.Fatal("lowering the limit below consumption must deny")
+	}
+	if err := l.SetLimit("nope", 2); err == nil {
+		t.Fatal("unknown rule name must be an error")
+	}
+}
+
+// Parallel callers on distinct keys and on one key: exact totals.
+func TestConcurrentKeys(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	s := newStore(t, memstore.Options{})
+	l := floodgate.NewLimiter(perMinute("conc", 50), s, floodgate.WithClock(clk))
+	var wg sync.WaitGroup
+	admitted := make([]int, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 400 {
+				if d, _ := l.Allow(ctx, "k"+strconv.Itoa(i%20)); d.Allowed {
+					admitted[g]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, a := range admitted {
+		total += a
+	}
+	if total != 20*50 {
+		t.Fatalf("admitted %d, want exactly 20 keys × 50", total)
+	}
+}
