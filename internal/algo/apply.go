@@ -85,7 +85,7 @@ func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, sp
 				r.Allowed, r.TooLarge, r.Rule = false, true, i
 				break
 			}
-			fit[i] = Fits(p, s, nows[i], cost, ceils[i])
+			fit[i] = cost <= ceils[i] && Fits(p, s, nows[i], cost, ceils[i])
 			r.Allowed = r.Allowed && fit[i]
 		}
 		switch {
@@ -93,7 +93,7 @@ func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, sp
 			for i := range n {
 				p := &ps[i]
 				s := st[p.Off : p.Off+p.Width]
-				Commit(p, s, nows[i], cost)
+				Commit(p, s, nows[i], min(cost, p.MaxCeiling()))
 				Clamp(p, s, nows[i])
 			}
 		case op == OpAllow && r.Allowed:

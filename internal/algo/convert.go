@@ -32,7 +32,7 @@ func Convert(op *Params, os []int64, np *Params, ns []int64, now int64) {
 		ns[0], ns[1] = n, 0
 		return
 	case op.Kind == SlidingCounter && np.Kind == op.Kind && op.Period == np.Period:
-		ns[0], ns[1], ns[2] = os[0], min(os[1], c), min(os[2], c)
+		ns[0], ns[1] = os[0], min(swcPrev(os), c)<<32|min(swcCur(os), c)
 		return
 	case op.Kind == SlidingSubwindow && np.Kind == op.Kind && op.Gran == np.Gran && op.N == np.N:
 		copy(ns, os)

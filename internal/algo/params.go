@@ -113,8 +113,6 @@ func (p *Params) WidthFor() int {
 	switch p.Kind {
 	case SlidingLog:
 		return 2 + int(p.MaxCeiling())
-	case SlidingCounter:
-		return 3
 	case SlidingSubwindow:
 		return 2 + int(p.N)
 	}

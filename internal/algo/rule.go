@@ -11,7 +11,8 @@ import "time"
 //	    current refill period)
 //	FixedWindow:      s[0] window start, s[1] count
 //	SlidingLog:       s[0] entries, s[1] ring head, s[2:] ring of timestamps
-//	SlidingCounter:   s[0] current window start, s[1] previous count, s[2] current count
+//	SlidingCounter:   s[0] current window start, s[1] previous count << 32 | current count
+//	    (both below 2^31, so a key costs two words)
 //	SlidingSubwindow: s[0] current sub-window index, s[1] total, s[2:] ring of counters
 
 // Advance brings a rule's state up to now (drains buckets, rolls windows,
@@ -67,9 +68,9 @@ func Advance(p *Params, s []int64, now int64) int64 {
 			now = s[0]
 		case ws == s[0]:
 		case ws == s[0]+p.Period:
-			s[0], s[1], s[2] = ws, s[2], 0
+			s[0], s[1] = ws, swcCur(s)<<32
 		default:
-			s[0], s[1], s[2] = ws, 0, 0
+			s[0], s[1] = ws, 0
 		}
 	case SlidingSubwindow:
 		cur := floorDiv(now, p.Gran)
@@ -129,7 +130,7 @@ func Used(p *Params, s []int64, now int64) int64 {
 	case SlidingLog:
 		return s[0]
 	case SlidingCounter:
-		return s[2] + p.prevWeight(s, now)
+		return swcCur(s) + p.prevWeight(s, now)
 	case SlidingSubwindow, FixedWindow:
 		return s[1]
 	}
@@ -140,10 +141,11 @@ func Used(p *Params, s []int64, now int64) int64 {
 // floor(prev * (P - elapsed) / P). Rounding down favours the client by less
 // than one request, as the seed articles' example (6.5 counts as 6) reads.
 func (p *Params) prevWeight(s []int64, now int64) int64 {
-	if s[1] == 0 {
+	prev := swcPrev(s)
+	if prev == 0 {
 		return 0
 	}
-	return mulDiv(s[1], p.Period-(now-s[0]), p.Period)
+	return mulDiv(prev, p.Period-(now-s[0]), p.Period)
 }
 
 // Fits reports whether a request of cost fits under ceiling at now. A
@@ -187,7 +189,7 @@ func Commit(p *Params, s []int64, now, cost int64) {
 		}
 		s[0], s[1] = n, head
 	case SlidingCounter:
-		s[2] += cost
+		swcSetCur(s, swcCur(s)+cost)
 	case SlidingSubwindow:
 		s[2+s[0]%p.N] += cost
 		s[1] += cost
@@ -206,7 +208,7 @@ func Clamp(p *Params, s []int64, now int64) {
 	case FixedWindow:
 		s[1] = min(s[1], c)
 	case SlidingCounter:
-		s[2] = min(s[2], c)
+		swcSetCur(s, min(swcCur(s), c))
 	case SlidingSubwindow:
 		if x := s[1] - c; x > 0 {
 			k := 2 + s[0]%p.N
@@ -221,7 +223,11 @@ func Clamp(p *Params, s []int64, now int64) {
 func Refund(p *Params, s []int64, now, cost int64) {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
-		s[0] = max(0, s[0]-cost*p.Unit)
+		if cost >= ceilDiv(s[0], p.Unit) {
+			s[0] = 0
+		} else {
+			s[0] -= cost * p.Unit
+		}
 	case TokenBucketInterval:
 		s[0] = max(0, s[0]-cost)
 	case FixedWindow:
@@ -229,7 +235,7 @@ func Refund(p *Params, s []int64, now, cost int64) {
 	case SlidingLog:
 		s[0] -= min(cost, s[0])
 	case SlidingCounter:
-		s[2] = max(0, s[2]-cost)
+		swcSetCur(s, max(0, swcCur(s)-cost))
 	case SlidingSubwindow:
 		ring := s[2:]
 		for j := s[0]; cost > 0 && s[1] > 0 && j > s[0]-p.N; j-- {
@@ -285,10 +291,10 @@ func ResetAfter(p *Params, s []int64, now int64) int64 {
 		ring := s[2:]
 		return ring[(s[1]+s[0]-1)%int64(len(ring))] + p.Period - now
 	case SlidingCounter:
-		if s[2] > 0 {
-			return s[0] + p.Period + p.firstElapsed(s[2], 0) - now
+		if cur := swcCur(s); cur > 0 {
+			return s[0] + p.Period + p.firstElapsed(cur, 0) - now
 		}
-		return max(0, s[0]+p.firstElapsed(s[1], 0)-now)
+		return max(0, s[0]+p.firstElapsed(swcPrev(s), 0)-now)
 	case SlidingSubwindow:
 		if s[1] == 0 {
 			return 0
@@ -335,10 +341,10 @@ func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
 		k := s[0] - (ceiling - cost) // oldest entries that must expire
 		return ring[(s[1]+k-1)%int64(len(ring))] + p.Period - now
 	case SlidingCounter:
-		if a := ceiling - cost - s[2]; a >= 0 {
-			return max(0, s[0]+p.firstElapsed(s[1], a)-now)
+		if a := ceiling - cost - swcCur(s); a >= 0 {
+			return max(0, s[0]+p.firstElapsed(swcPrev(s), a)-now)
 		}
-		return s[0] + p.Period + p.firstElapsed(s[2], ceiling-cost) - now
+		return s[0] + p.Period + p.firstElapsed(swcCur(s), ceiling-cost) - now
 	case SlidingSubwindow:
 		ring, total := s[2:], s[1]
 		for j := s[0] - p.N + 1; j <= s[0]; j++ {
@@ -355,4 +361,14 @@ func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
 // the time for the queue ahead of it to drain.
 func QueueDelay(p *Params, s []int64) int64 {
 	return ceilDiv(s[0], p.Rate)
+}
+
+// The sliding window counter packs its two counts into one word.
+func swcPrev(s []int64) int64 { return s[1] >> 32 }
+func swcCur(s []int64) int64  { return s[1] & (1<<32 - 1) }
+
+// swcSetCur stores the current count, saturating below 2^31 (limits are
+// below 2^31, so saturation changes no decision).
+func swcSetCur(s []int64, cur int64) {
+	s[1] = s[1]&^(1<<32-1) | min(cur, 1<<31-1)
 }

@@ -18,8 +18,8 @@ func apply1(p *Params, st []int64, now int64, op Op, cost, maxDelay int64, spare
 	case OpRefund:
 		Refund(p, s, now, cost)
 	case OpCharge:
-		r.Allowed = Fits(p, s, now, cost, ceiling)
-		Commit(p, s, now, cost)
+		r.Allowed = cost <= ceiling && Fits(p, s, now, cost, ceiling)
+		Commit(p, s, now, min(cost, p.MaxCeiling()))
 		Clamp(p, s, now)
 	case OpPeek, OpAllow:
 		if cost > ceiling {
