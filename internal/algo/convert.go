@@ -34,7 +34,7 @@ func Convert(op *Params, os []int64, np *Params, ns []int64, now int64) {
 	case op.Kind == SlidingCounter && np.Kind == op.Kind && op.Period == np.Period:
 		ns[0], ns[1] = os[0], min(swcPrev(os), c)<<32|min(swcCur(os), c)
 		return
-	case op.Kind == SlidingSubwindow && np.Kind == op.Kind && op.Gran == np.Gran && op.N == np.N:
+	case op.Kind == SlidingSubwindow && np.Kind == op.Kind && op.Gran == np.Gran && op.N == np.N && op.CBits == np.CBits:
 		copy(ns, os)
 		Clamp(np, ns, t)
 		return

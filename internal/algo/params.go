@@ -61,6 +61,9 @@ type Params struct {
 
 	Gran int64 // SlidingSubwindow: sub-window length in microseconds
 	N    int64 // SlidingSubwindow: number of sub-windows (Period/Gran)
+	// SlidingSubwindow: bits per counter, 16 when twice the largest ceiling
+	// fits, else 32; counters are packed 4 or 2 to a word.
+	CBits int64
 
 	Cal      CalUnit        // FixedWindow: calendar alignment, CalNone for epoch
 	Loc      *time.Location // FixedWindow: time zone of calendar windows
@@ -114,7 +117,8 @@ func (p *Params) WidthFor() int {
 	case SlidingLog:
 		return 2 + int(p.MaxCeiling())
 	case SlidingSubwindow:
-		return 2 + int(p.N)
+		per := 64 / p.CBits
+		return 2 + int((p.N+per-1)/per)
 	}
 	return 2
 }
@@ -190,6 +194,10 @@ func (p *Params) Prepare() string {
 			return "granularity: must divide the period"
 		}
 		p.N = p.Period / p.Gran
+		p.CBits = 32
+		if 2*p.MaxCeiling() < 1<<16 {
+			p.CBits = 16
+		}
 		if p.N < 1 || p.N > MaxSubwindows {
 			return "granularity: the period must hold between 1 and 4096 sub-windows"
 		}

@@ -13,7 +13,8 @@ import "time"
 //	SlidingLog:       s[0] entries, s[1] ring head, s[2:] ring of timestamps
 //	SlidingCounter:   s[0] current window start, s[1] previous count << 32 | current count
 //	    (both below 2^31, so a key costs two words)
-//	SlidingSubwindow: s[0] current sub-window index, s[1] total, s[2:] ring of counters
+//	SlidingSubwindow: s[0] current sub-window index, s[1] total, s[2:] ring of
+//	    counters packed CBits (16 or 32) to a word
 
 // Advance brings a rule's state up to now (drains buckets, rolls windows,
 // drops expired log entries) and returns the time the rule works at: now,
@@ -78,16 +79,15 @@ func Advance(p *Params, s []int64, now int64) int64 {
 		case cur < s[0]:
 			now = s[0] * p.Gran
 		case cur > s[0]:
-			ring := s[2:]
 			if s[1] != 0 {
 				if cur-s[0] >= p.N {
-					clear(ring)
+					clear(s[2:])
 					s[1] = 0
 				} else {
 					for j := s[0] + 1; j <= cur; j++ {
 						k := j % p.N
-						s[1] -= ring[k]
-						ring[k] = 0
+						s[1] -= p.subGet(s, k)
+						p.subSet(s, k, 0)
 					}
 				}
 			}
@@ -191,7 +191,8 @@ func Commit(p *Params, s []int64, now, cost int64) {
 	case SlidingCounter:
 		swcSetCur(s, swcCur(s)+cost)
 	case SlidingSubwindow:
-		s[2+s[0]%p.N] += cost
+		k := s[0] % p.N
+		p.subSet(s, k, p.subGet(s, k)+cost)
 		s[1] += cost
 	}
 }
@@ -211,9 +212,10 @@ func Clamp(p *Params, s []int64, now int64) {
 		swcSetCur(s, min(swcCur(s), c))
 	case SlidingSubwindow:
 		if x := s[1] - c; x > 0 {
-			k := 2 + s[0]%p.N
-			x = min(x, s[k])
-			s[k] -= x
+			k := s[0] % p.N
+			v := p.subGet(s, k)
+			x = min(x, v)
+			p.subSet(s, k, v-x)
 			s[1] -= x
 		}
 	}
@@ -237,11 +239,11 @@ func Refund(p *Params, s []int64, now, cost int64) {
 	case SlidingCounter:
 		swcSetCur(s, max(0, swcCur(s)-cost))
 	case SlidingSubwindow:
-		ring := s[2:]
 		for j := s[0]; cost > 0 && s[1] > 0 && j > s[0]-p.N; j-- {
 			k := floorMod(j, p.N)
-			x := min(cost, ring[k])
-			ring[k] -= x
+			v := p.subGet(s, k)
+			x := min(cost, v)
+			p.subSet(s, k, v-x)
 			s[1] -= x
 			cost -= x
 		}
@@ -299,9 +301,8 @@ func ResetAfter(p *Params, s []int64, now int64) int64 {
 		if s[1] == 0 {
 			return 0
 		}
-		ring := s[2:]
 		for j := s[0]; ; j-- {
-			if ring[floorMod(j, p.N)] != 0 {
+			if p.subGet(s, floorMod(j, p.N)) != 0 {
 				return (j+p.N)*p.Gran - now
 			}
 		}
@@ -346,9 +347,9 @@ func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
 		}
 		return s[0] + p.Period + p.firstElapsed(swcCur(s), ceiling-cost) - now
 	case SlidingSubwindow:
-		ring, total := s[2:], s[1]
+		total := s[1]
 		for j := s[0] - p.N + 1; j <= s[0]; j++ {
-			total -= ring[floorMod(j, p.N)]
+			total -= p.subGet(s, floorMod(j, p.N))
 			if total <= ceiling-cost {
 				return (j+p.N)*p.Gran - now
 			}
@@ -371,4 +372,23 @@ func swcCur(s []int64) int64  { return s[1] & (1<<32 - 1) }
 // below 2^31, so saturation changes no decision).
 func swcSetCur(s []int64, cur int64) {
 	s[1] = s[1]&^(1<<32-1) | min(cur, 1<<31-1)
+}
+
+// subGet returns sub-window counter k of a SlidingSubwindow state.
+func (p *Params) subGet(s []int64, k int64) int64 {
+	per := 64 / p.CBits
+	w := uint64(s[2+k/per])
+	return int64(w >> (uint(k%per) * uint(p.CBits)) & (1<<p.CBits - 1))
+}
+
+// subSet stores sub-window counter k, saturating at the counter's width
+// (which is at least twice the largest ceiling, so saturation never
+// changes a decision).
+func (p *Params) subSet(s []int64, k, v int64) {
+	per := 64 / p.CBits
+	sh := uint(k%per) * uint(p.CBits)
+	mask := uint64(1<<p.CBits-1) << sh
+	v = min(v, 1<<p.CBits-1)
+	w := &s[2+k/per]
+	*w = int64(uint64(*w)&^mask | uint64(v)<<sh)
 }
