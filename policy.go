@@ -15,7 +15,9 @@ import (
 //
 // The policy's name identifies its state in a store: two versions of a
 // policy with one name (say, before and after a limit change) share each
-// key's state, matched rule by rule by rule name.
+// key's state, matched rule by rule by rule name. A store decides under the
+// newest version it has seen (the one created last), so two different live
+// policies should not share a name.
 type Policy struct {
 	name    string
 	rules   []Rule

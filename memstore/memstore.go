@@ -47,6 +47,11 @@ type Options struct {
 	// from its shard. A shard holding fewer than 8 keys still grows, so the
 	// cap can be passed by at most 8 keys per shard.
 	MaxKeys int
+	// MaxMemory caps the bytes of the key tables (default 1 GiB): where a
+	// table would grow past it, a new key evicts as at MaxKeys instead. Wide
+	// states (a sliding log of limit 10,000 is 80 KB a key) reach this cap
+	// long before MaxKeys.
+	MaxMemory int64
 	// Shards per policy, rounded up to a power of two (default 64, or 8 per
 	// CPU if more).
 	Shards int
@@ -76,6 +81,7 @@ type Store struct {
 	pending map[string]*snapTable // restored from a snapshot, not yet claimed
 
 	keys    atomic.Int64
+	bytes   atomic.Int64 // of key tables
 	evicted atomic.Int64
 	expired atomic.Int64
 
@@ -90,6 +96,9 @@ type Store struct {
 func New(opts Options) (*Store, error) {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 1 << 22
+	}
+	if opts.MaxMemory <= 0 {
+		opts.MaxMemory = 1 << 30
 	}
 	if opts.Shards <= 0 {
 		opts.Shards = max(64, 8*runtime.GOMAXPROCS(0))
@@ -144,7 +153,8 @@ func MustNew(opts Options) *Store {
 
 // Stats are a store's counters.
 type Stats struct {
-	Keys int64 // keys held now
+	Keys  int64 // keys held now
+	Bytes int64 // bytes of the key tables
 	// Evicted counts keys dropped to stay under MaxKeys while their state
 	// was not yet fresh, so that the eviction forgave something they had
 	// consumed (they were still constraining). Fresh keys dropped at the
@@ -156,7 +166,7 @@ type Stats struct {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Keys: s.keys.Load(), Evicted: s.evicted.Load(), Expired: s.expired.Load()}
+	return Stats{Keys: s.keys.Load(), Bytes: s.bytes.Load(), Evicted: s.evicted.Load(), Expired: s.expired.Load()}
 }
 
 // Close stops the background work and writes a last snapshot if one is

@@ -260,3 +260,31 @@ func TestConcurrentKeys(t *testing.T) {
 		t.Fatalf("admitted %d, want exactly 20 keys × 50", total)
 	}
 }
+
+// Wide states hit the memory cap long before the key cap: the tables stop
+// growing and new keys evict the least consumed instead.
+func TestMemoryCapBoundsWideStates(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	const budget = 4 << 20
+	s := newStore(t, memstore.Options{MaxMemory: budget, Shards: 8})
+	log := floodgate.MustPolicy("wide", floodgate.Rule{Algorithm: floodgate.SlidingLog, Limit: 1000, Period: time.Hour})
+	l := floodgate.NewLimiter(log, s, floodgate.WithClock(clk))
+	for range 1000 {
+		l.Allow(ctx, "victim")
+	}
+	for i := range 20_000 {
+		l.Allow(ctx, "k"+strconv.Itoa(i))
+	}
+	st := s.Stats()
+	// One growth step past the cap can be in flight per shard.
+	if st.Bytes > 2*budget {
+		t.Fatalf("tables hold %d bytes with a cap of %d", st.Bytes, budget)
+	}
+	if st.Evicted == 0 {
+		t.Fatal("no evictions at the memory cap")
+	}
+	if d, _ := l.Allow(ctx, "victim"); d.Allowed {
+		t.Fatal("the memory cap freed the throttled key")
+	}
+}

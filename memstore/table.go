@@ -89,14 +89,22 @@ func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int 
 		sh.evict(t, p, now)
 	}
 	if sh.words == nil {
-		sh.words = make([]int64, minSlots*sh.w)
-		sh.mask = minSlots - 1
+		sh.resize(t, minSlots)
 	}
 	if (sh.n+1)*8 > (sh.mask+1)*7 {
-		// Full enough to grow: first drop fresh keys; grow unless that freed
-		// a good share.
-		if freed := sh.sweep(t, now); freed*4 < sh.n || (sh.n+1)*8 > (sh.mask+1)*7 {
-			sh.resize(2 * (sh.mask + 1))
+		growth := int64(len(sh.words)) * 8
+		switch {
+		case s.bytes.Load()+growth <= int64(s.opts.MaxMemory) || sh.n < evictSample:
+			// Full enough to grow: first drop fresh keys; grow unless that
+			// freed a good share.
+			if freed := sh.sweep(t, now); sh.words == nil {
+				sh.resize(t, minSlots)
+			} else if freed*4 < sh.n || (sh.n+1)*8 > (sh.mask+1)*7 {
+				sh.resize(t, 2*(sh.mask+1))
+			}
+		default:
+			// Growing would pass the memory cap: make room instead.
+			sh.evict(t, p, now)
 		}
 	}
 	i := int(h) & sh.mask
@@ -112,10 +120,11 @@ func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int 
 }
 
 // resize rehashes the shard into slots slots.
-func (sh *shard) resize(slots int) {
+func (sh *shard) resize(t *table, slots int) {
 	old, w := sh.words, sh.w
 	sh.words = make([]int64, slots*w)
 	sh.mask = slots - 1
+	t.store.bytes.Add(int64(len(sh.words)-len(old)) * 8)
 	for j := 0; j+w <= len(old); j += w {
 		h := uint64(old[j])
 		if h == 0 {
@@ -167,6 +176,7 @@ func (sh *shard) sweep(t *table, now int64) int {
 		t.store.expired.Add(int64(freed))
 	}
 	if sh.n == 0 && sh.mask+1 > minSlots {
+		t.store.bytes.Add(-int64(len(sh.words)) * 8)
 		sh.words, sh.mask = nil, 0
 	}
 	return freed
@@ -223,6 +233,7 @@ func (t *table) migrate(p *floodgate.Policy, now int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		prev, ow := sh.words, sh.w
+		t.store.bytes.Add(-int64(len(prev)) * 8)
 		sh.words, sh.w, sh.n, sh.mask, sh.scratch = nil, w, 0, 0, nil
 		count := 0
 		for j := 0; j+ow <= len(prev); j += ow {
@@ -236,6 +247,7 @@ func (t *table) migrate(p *floodgate.Policy, now int64) {
 		}
 		if count > 0 {
 			sh.words, sh.mask = make([]int64, slots*w), slots-1
+			t.store.bytes.Add(int64(len(sh.words)) * 8)
 		}
 		for j := 0; j+ow <= len(prev); j += ow {
 			h := uint64(prev[j])
