@@ -81,9 +81,13 @@ func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, sp
 		for i := range n {
 			p := &ps[i]
 			s := st[p.Off : p.Off+p.Width]
-			if cost > ceils[i] && op != OpCharge {
+			if cost > ceils[i] && !r.TooLarge {
+				// Never admissible. A charge is still recorded (clamped)
+				// but reports the rule as too large, not a wait.
 				r.Allowed, r.TooLarge, r.Rule = false, true, i
-				break
+				if op != OpCharge {
+					break
+				}
 			}
 			fit[i] = cost <= ceils[i] && Fits(p, s, nows[i], cost, ceils[i])
 			r.Allowed = r.Allowed && fit[i]

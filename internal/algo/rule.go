@@ -105,20 +105,40 @@ func (p *Params) window(now int64) (int64, int64) {
 	}
 	t := time.UnixMicro(now).In(p.Loc)
 	y, m, d := t.Date()
-	var start, end time.Time
 	switch p.Cal {
 	case CalDay:
-		start = time.Date(y, m, d, 0, 0, 0, 0, p.Loc)
-		end = time.Date(y, m, d+1, 0, 0, 0, 0, p.Loc)
+		return dayStart(y, m, d, p.Loc), dayStart(y, m, d+1, p.Loc)
 	case CalWeek:
 		back := (int(t.Weekday()) - int(p.WeekDay0) + 7) % 7
-		start = time.Date(y, m, d-back, 0, 0, 0, 0, p.Loc)
-		end = time.Date(y, m, d-back+7, 0, 0, 0, 0, p.Loc)
-	default:
-		start = time.Date(y, m, 1, 0, 0, 0, 0, p.Loc)
-		end = time.Date(y, m+1, 1, 0, 0, 0, 0, p.Loc)
+		return dayStart(y, m, d-back, p.Loc), dayStart(y, m, d-back+7, p.Loc)
 	}
-	return start.UnixMicro(), end.UnixMicro()
+	return dayStart(y, m, 1, p.Loc), dayStart(y, m+1, 1, p.Loc)
+}
+
+// dayStart returns the first instant of the local day y-m-d (normalised as
+// time.Date does), or of the next one if the zone skipped that date.
+// time.Date alone gets it wrong when a clock change skips midnight (it
+// returns 23:00 of the day before, making the window end before it starts)
+// or repeats it (it returns the second midnight).
+func dayStart(y int, m time.Month, d int, loc *time.Location) int64 {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	if localDay(t).Before(day) { // midnight skipped: the day begins at the change
+		_, end := t.ZoneBounds()
+		return end.UnixMicro()
+	}
+	if p := t.Add(-time.Microsecond); !localDay(p).Before(day) { // midnight repeated
+		_, po := p.Zone()
+		_, to := t.Zone()
+		t = t.Add(time.Duration(to-po) * time.Second)
+	}
+	return t.UnixMicro()
+}
+
+// localDay returns t's local date as midnight UTC, for comparing dates.
+func localDay(t time.Time) time.Time {
+	y, m, d := t.Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
 // Used returns the requests the rule counts against its key at now, after
@@ -237,7 +257,11 @@ func Refund(p *Params, s []int64, now, cost int64) {
 	case SlidingLog:
 		s[0] -= min(cost, s[0])
 	case SlidingCounter:
-		swcSetCur(s, max(0, swcCur(s)-cost))
+		// The current window's requests are the newest; then the previous
+		// window's, which still count (weighted).
+		cur, prev := swcCur(s), swcPrev(s)
+		x := min(cost, cur)
+		s[1] = max(0, prev-(cost-x))<<32 | (cur - x)
 	case SlidingSubwindow:
 		for j := s[0]; cost > 0 && s[1] > 0 && j > s[0]-p.N; j-- {
 			k := floorMod(j, p.N)
@@ -330,6 +354,9 @@ func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
 	case TokenBucket, LeakyMeter, GCRA:
 		return bucketRetry(p, s, cost, ceiling)
 	case LeakyShaper:
+		if cost == 0 { // a peek waits only for the level to come down to the ceiling
+			return bucketRetry(p, s, cost, ceiling)
+		}
 		return ceilDiv(s[0], p.Rate) // until the queue is empty
 	case TokenBucketInterval:
 		k := ceilDiv(s[0]-(ceiling-cost), p.Limit)

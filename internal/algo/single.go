@@ -18,7 +18,8 @@ func apply1(p *Params, st []int64, now int64, op Op, cost, maxDelay int64, spare
 	case OpRefund:
 		Refund(p, s, now, cost)
 	case OpCharge:
-		r.Allowed = cost <= ceiling && Fits(p, s, now, cost, ceiling)
+		r.TooLarge = cost > ceiling // recorded all the same, but no wait helps
+		r.Allowed = !r.TooLarge && Fits(p, s, now, cost, ceiling)
 		Commit(p, s, now, min(cost, p.MaxCeiling()))
 		Clamp(p, s, now)
 	case OpPeek, OpAllow:
