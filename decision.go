@@ -13,6 +13,7 @@ const (
 	ReasonNone         Reason = iota // admitted
 	ReasonLimited                    // a rule's limit is reached; retry after RetryAfter
 	ReasonCostTooLarge               // the cost exceeds what a rule can ever admit; never retry
+	ReasonStoreUnavailable           // the store could not answer and a rule fails closed
 )
 
 func (r Reason) String() string {
@@ -23,6 +24,8 @@ func (r Reason) String() string {
 		return "limited"
 	case ReasonCostTooLarge:
 		return "cost_too_large"
+	case ReasonStoreUnavailable:
+		return "store_unavailable"
 	}
 	return "unknown"
 }
@@ -57,6 +60,9 @@ type Decision struct {
 	// Excess marks an admission beyond a rule's limit under soft or elastic
 	// throttling: past the soft line.
 	Excess bool
+	// Degraded marks a decision made by the rules' failure modes because the
+	// store could not answer (see Rule.OnStoreFailure).
+	Degraded bool
 }
 
 // OpKind is what an operation asks of a key.

@@ -87,6 +87,11 @@ func (p *Policy) Rules() []Rule { return append([]Rule(nil), p.rules...) }
 // returns a larger version.
 func (p *Policy) Version() uint64 { return p.seq }
 
+// Compiled returns the policy's compiled rules, for the stores of this
+// module that run the math elsewhere (the Redis store's Lua). Its element
+// type is internal: other packages cannot use it.
+func (p *Policy) Compiled() []algo.Params { return p.params }
+
 // Width is the number of int64 state words a key of this policy needs.
 func (p *Policy) Width() int { return p.width }
 
@@ -152,6 +157,7 @@ func (p *Policy) ApplyTo(state []int64, now int64, op *Op, d *Decision) {
 	d.Delay = time.Duration(r.Delay) * time.Microsecond
 	d.Rule = p.rules[r.Rule].Name
 	d.Excess = r.Excess
+	d.Degraded = false
 	switch {
 	case r.TooLarge:
 		d.Reason = ReasonCostTooLarge

@@ -83,6 +83,16 @@ const (
 	Elastic Mode = "elastic"
 )
 
+// FailureMode is what a rule does while its store cannot answer.
+type FailureMode string
+
+// Failure modes.
+const (
+	FailOpen   FailureMode = "open"   // admit (default)
+	FailClosed FailureMode = "closed" // deny
+	FailLocal  FailureMode = "local"  // limit in process memory at LocalPercent of the limit
+)
+
 // A Rule is one limit: Limit requests per Period, by one algorithm.
 // Rules are values; a Policy validates and compiles them.
 type Rule struct {
@@ -108,6 +118,13 @@ type Rule struct {
 	// classic Redis sorted-set limiter does, so a client that keeps trying
 	// stays locked out.
 	CountRejected bool
+
+	// OnStoreFailure is what the rule does while its store cannot answer in
+	// time (a remote store down or slow): FailOpen (the default) admits,
+	// FailClosed denies, FailLocal limits in process memory at LocalPercent
+	// of the limit (say, 100/instances), the "safe mode".
+	OnStoreFailure FailureMode
+	LocalPercent   int64
 
 	Mode           Mode        // default Hard
 	SoftPercent    int64       // Soft: how far beyond the limit, in percent
@@ -235,6 +252,18 @@ func (r Rule) compile(name string) (algo.Params, error) {
 		p.Elastic = r.ElasticCeiling
 	default:
 		return bad("mode", fmt.Sprintf("unknown mode %q (want hard, soft or elastic)", r.Mode))
+	}
+	switch r.OnStoreFailure {
+	case FailOpen, FailClosed, "":
+		if r.LocalPercent != 0 {
+			return bad("local_percent", "needs on_store_failure local")
+		}
+	case FailLocal:
+		if r.LocalPercent < 1 || r.LocalPercent > 100 {
+			return bad("local_percent", fmt.Sprintf("must be between 1 and 100, got %d", r.LocalPercent))
+		}
+	default:
+		return bad("on_store_failure", fmt.Sprintf("unknown failure mode %q (want open, closed or local)", r.OnStoreFailure))
 	}
 	if msg := p.Prepare(); msg != "" {
 		field, text, _ := strings.Cut(msg, ": ")

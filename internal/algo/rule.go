@@ -97,6 +97,9 @@ func Advance(p *Params, s []int64, now int64) int64 {
 	return now
 }
 
+// Window returns the fixed window [start, end) holding now.
+func (p *Params) Window(now int64) (int64, int64) { return p.window(now) }
+
 // window returns the fixed window [start, end) holding now.
 func (p *Params) window(now int64) (int64, int64) {
 	if p.Cal == CalNone {

@@ -1,0 +1,148 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/memstore"
+)
+
+// breaker stops every call paying the timeout while Redis is down: after
+// threshold failures in a row it opens; after cooldown one call probes
+// Redis (half-open), and its success closes the breaker.
+type breaker struct {
+	mu        sync.Mutex
+	threshold int
+	cooldown  time.Duration
+	failures  int
+	open      bool
+	probing   bool
+	openedAt  time.Time
+}
+
+func (b *breaker) allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open {
+		return true
+	}
+	if b.probing || time.Since(b.openedAt) < b.cooldown {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+func (b *breaker) success() {
+	b.mu.Lock()
+	b.failures, b.open, b.probing = 0, false, false
+	b.mu.Unlock()
+}
+
+func (b *breaker) failure() {
+	b.mu.Lock()
+	b.failures++
+	if b.probing || b.failures >= b.threshold {
+		b.open, b.probing, b.openedAt = true, false, time.Now()
+	}
+	b.mu.Unlock()
+}
+
+func (b *breaker) isOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open
+}
+
+// fallback decides by the rules' failure modes: a rule that fails closed
+// denies; rules that fail to a local limit are enforced in process memory
+// at their share; rules that fail open drop out.
+type fallback struct {
+	mem   *memstore.Store
+	plans sync.Map // *floodgate.Policy → *plan
+}
+
+type plan struct {
+	closed *floodgate.Rule   // the first rule failing closed
+	local  *floodgate.Policy // the local-share rules, scaled
+	index  []int             // local rule i is the policy's rule index[i]
+	first  floodgate.Rule    // for reporting an open admission
+}
+
+func newFallback() (*fallback, error) {
+	m, err := memstore.New(memstore.Options{MaxKeys: 1 << 20})
+	if err != nil {
+		return nil, err
+	}
+	return &fallback{mem: m}, nil
+}
+
+func (f *fallback) close() error { return f.mem.Close() }
+
+func (f *fallback) plan(p *floodgate.Policy) *plan {
+	if pl, ok := f.plans.Load(p); ok {
+		return pl.(*plan)
+	}
+	rules := p.Rules()
+	pl := &plan{first: rules[0]}
+	var local []floodgate.Rule
+	for i, r := range rules {
+		switch r.OnStoreFailure {
+		case floodgate.FailClosed:
+			if pl.closed == nil {
+				pl.closed = &rules[i]
+			}
+		case floodgate.FailLocal:
+			scale := func(x int64) int64 {
+				if x == 0 {
+					return 0
+				}
+				return max(1, x*r.LocalPercent/100)
+			}
+			r.Limit, r.Burst, r.ElasticCeiling = scale(r.Limit), scale(r.Burst), scale(r.ElasticCeiling)
+			if r.Mode == floodgate.Elastic && r.ElasticCeiling <= max(r.Burst, r.Limit) {
+				r.Mode, r.ElasticCeiling, r.Spare = "", 0, nil
+			}
+			r.OnStoreFailure, r.LocalPercent = "", 0
+			local = append(local, r)
+			pl.index = append(pl.index, i)
+		}
+	}
+	if len(local) > 0 {
+		lp, err := floodgate.NewPolicy("floodgate-fallback:"+p.Name(), local...)
+		if err == nil {
+			pl.local = lp
+		}
+	}
+	v, _ := f.plans.LoadOrStore(p, pl)
+	return v.(*plan)
+}
+
+func (f *fallback) decide(ctx context.Context, now int64, op *floodgate.Op) floodgate.Decision {
+	pl := f.plan(op.Policy)
+	switch {
+	case pl.closed != nil && op.Kind != floodgate.OpRefund && op.Kind != floodgate.OpReset:
+		return floodgate.Decision{Limit: pl.closed.Limit, Rule: pl.closed.Name, Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second}
+	case pl.local != nil:
+		lop := *op
+		lop.Policy, lop.Spare = pl.local, 0
+		for j, i := range pl.index {
+			if op.Spare&(1<<i) != 0 {
+				lop.Spare |= 1 << j
+			}
+		}
+		if d, err := f.mem.Do(ctx, now, lop); err == nil {
+			return d
+		}
+	}
+	return floodgate.Decision{Allowed: true, Limit: pl.first.Limit, Remaining: pl.first.Limit, Rule: pl.first.Name}
+}
+
+func sha1hex(s string) string {
+	h := sha1.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
+}

@@ -1,0 +1,399 @@
+// Package redisstore keeps Floodgate's state in Redis, so that any number
+// of processes enforce one exact limit together.
+//
+// Every decision is one call of one Lua script (EVALSHA, falling back to
+// EVAL when Redis has lost the script, after a restart or failover): the
+// whole policy of a key — several rules, mixed algorithms — is decided
+// atomically in Redis, with the same integer math as the Go engine. The
+// client is rueidis, whose auto-pipelining lets concurrent decisions from
+// many goroutines share round trips.
+//
+// Layout: one Redis hash per (policy, key), named
+//
+//	<prefix>:1:{<escaped key>}:<policy name>
+//
+// with a field per rule holding that rule's state (MessagePack) and the
+// parameters it was written under, so a changed limit converts the state on
+// the key's next request. The key is the hash tag, so every rule of a key
+// lives in one Cluster slot; '{', '}' and '%' in keys are percent-escaped,
+// so no caller can choose its slot. "1" is the layout version. Every hash
+// carries a TTL no longer than its state can matter, and is deleted when
+// its state is fresh again.
+//
+// When Redis is slow or down, each call gives up after Options.Timeout and
+// the rules' failure modes decide (floodgate.Rule.OnStoreFailure); after a
+// few failures in a row a breaker sends every call straight to the failure
+// modes, probing Redis again every Options.BreakerCooldown.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Prefix starts every Redis key (default "floodgate"). It must not
+	// contain '{' or '}'.
+	Prefix string
+	// Timeout bounds each call to Redis (default 50ms).
+	Timeout time.Duration
+	// ClientTime makes decisions use the caller's clock (the limiter's)
+	// instead of Redis's TIME. By default Redis's clock decides, so servers
+	// with skewed clocks agree; tests inject time with ClientTime.
+	ClientTime bool
+	// BreakerThreshold is how many failures in a row open the breaker
+	// (default 3); BreakerCooldown is how long it stays open before one call
+	// probes Redis again (default 500ms).
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	// Logger receives store errors, at most one line a second (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// Store is the Redis store. It is safe for concurrent use.
+type Store struct {
+	client rueidis.Client
+	owned  bool
+	opts   Options
+	script *rueidis.Lua
+
+	args sync.Map // *floodgate.Policy → *policyArgs
+
+	brk      breaker
+	fallback *fallback
+
+	calls, errs, timeouts, degraded atomic.Int64
+	lastLog                         atomic.Int64
+}
+
+// New connects to Redis at url:
+//
+//	redis://[user:password@]host:port[/db]          one server (or a Cluster node: detected)
+//	rediss://...                                    the same over TLS
+//	redis-sentinel://[user:password@]host:port[,host:port...]/master-name[?db=N]
+//	redis-cluster://[user:password@]host:port[,host:port...]
+func New(rawURL string, opts Options) (*Store, error) {
+	co, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 50 * time.Millisecond
+	}
+	if co.Dialer.Timeout == 0 {
+		co.Dialer.Timeout = max(opts.Timeout, 200*time.Millisecond)
+	}
+	co.ConnWriteTimeout = max(opts.Timeout*4, time.Second)
+	co.DisableCache = true
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: connect %s: %w", redact(rawURL), err)
+	}
+	s, err := NewWithClient(c, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// NewWithClient returns a store on an existing rueidis client, which the
+// caller keeps ownership of.
+func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = "floodgate"
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q: must not contain '{' or '}'", opts.Prefix)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 50 * time.Millisecond
+	}
+	if opts.BreakerThreshold <= 0 {
+		opts.BreakerThreshold = 3
+	}
+	if opts.BreakerCooldown <= 0 {
+		opts.BreakerCooldown = 500 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script())}
+	s.brk.threshold, s.brk.cooldown = opts.BreakerThreshold, opts.BreakerCooldown
+	fb, err := newFallback()
+	if err != nil {
+		return nil, err
+	}
+	s.fallback = fb
+	return s, nil
+}
+
+// ParseURL turns a store URL (see New) into rueidis client options.
+func ParseURL(raw string) (rueidis.ClientOption, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: store URL: %w", err)
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		co, err := rueidis.ParseURL(raw)
+		if err != nil {
+			return co, fmt.Errorf("redisstore: store URL %s: %w", redact(raw), err)
+		}
+		return co, nil
+	case "redis-sentinel", "redis-cluster":
+	default:
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: store URL %s: unknown scheme %q (want redis, rediss, redis-sentinel or redis-cluster)", redact(raw), u.Scheme)
+	}
+	var co rueidis.ClientOption
+	if u.Host == "" {
+		return co, fmt.Errorf("redisstore: store URL %s: no host", redact(raw))
+	}
+	co.InitAddress = strings.Split(u.Host, ",")
+	if u.User != nil {
+		co.Username = u.User.Username()
+		co.Password, _ = u.User.Password()
+	}
+	if u.Scheme == "redis-sentinel" {
+		co.Sentinel.MasterSet = strings.Trim(u.Path, "/")
+		if co.Sentinel.MasterSet == "" {
+			return co, fmt.Errorf("redisstore: store URL %s: name the master after the hosts: redis-sentinel://host:port/master-name", redact(raw))
+		}
+		co.Sentinel.Username, co.Sentinel.Password = co.Username, co.Password
+	} else if strings.Trim(u.Path, "/") != "" {
+		return co, fmt.Errorf("redisstore: store URL %s: a cluster has no database number", redact(raw))
+	}
+	if db := u.Query().Get("db"); db != "" {
+		if _, err := fmt.Sscanf(db, "%d", &co.SelectDB); err != nil {
+			return co, fmt.Errorf("redisstore: store URL %s: db=%q is not a number", redact(raw), db)
+		}
+	}
+	return co, nil
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+// Close closes the store's connections (when New opened them).
+func (s *Store) Close() error {
+	if s.owned {
+		s.client.Close()
+	}
+	return s.fallback.close()
+}
+
+// Client returns the underlying rueidis client.
+func (s *Store) Client() rueidis.Client { return s.client }
+
+// Key returns the Redis key holding key's state under policy.
+func (s *Store) Key(policy, key string) string {
+	var b strings.Builder
+	b.Grow(len(s.opts.Prefix) + len(key) + len(policy) + 8)
+	b.WriteString(s.opts.Prefix)
+	b.WriteString(":1:{")
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString("}:")
+	b.WriteString(policy)
+	return b.String()
+}
+
+func (s *Store) policyArgs(p *floodgate.Policy) *policyArgs {
+	if pa, ok := s.args.Load(p); ok {
+		return pa.(*policyArgs)
+	}
+	pa, _ := s.args.LoadOrStore(p, newPolicyArgs(p))
+	return pa.(*policyArgs)
+}
+
+func (s *Store) scriptArgs(now int64, op *floodgate.Op) (*policyArgs, []string) {
+	pa := s.policyArgs(op.Policy)
+	t := now
+	if !s.opts.ClientTime {
+		t = 0
+	}
+	return pa, pa.args(t, now, op)
+}
+
+// Stats are a store's counters.
+type Stats struct {
+	Calls    int64 // decisions asked of Redis
+	Errors   int64 // calls that failed (timeouts included)
+	Timeouts int64 // calls that ran out of time
+	Degraded int64 // decisions made by failure modes
+	Breaker  bool  // the breaker is open: calls go straight to failure modes
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
+		Degraded: s.degraded.Load(), Breaker: s.brk.isOpen()}
+}
+
+var errNoPolicy = errors.New("redisstore: op without a policy")
+
+// Do performs op in one script call.
+func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
+	if op.Policy == nil {
+		return floodgate.Decision{}, errNoPolicy
+	}
+	if !s.brk.allow() {
+		return s.degrade(ctx, now, &op, nil), nil
+	}
+	s.calls.Add(1)
+	pa, args := s.scriptArgs(now, &op)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	v, err := s.script.Exec(cctx, s.client, []string{s.Key(op.Policy.Name(), op.Key)}, args).AsIntSlice()
+	if err == nil {
+		var d floodgate.Decision
+		if d, err = pa.result(v); err == nil {
+			s.brk.success()
+			return d, nil
+		}
+	}
+	if ctx.Err() != nil { // the caller gave up: not Redis's failure
+		return floodgate.Decision{}, ctx.Err()
+	}
+	s.failed(err)
+	return s.degrade(ctx, now, &op, err), nil
+}
+
+// DoBatch performs every op in one pipelined round trip (keys in different
+// Cluster slots go to their nodes in parallel). Each key is atomic on its
+// own; a failed key is decided by its rules' failure modes.
+func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) error {
+	if len(out) < len(ops) {
+		return errors.New("redisstore: out is shorter than ops")
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	for i := range ops {
+		if ops[i].Policy == nil {
+			return errNoPolicy
+		}
+	}
+	if !s.brk.allow() {
+		for i := range ops {
+			out[i] = s.degrade(ctx, now, &ops[i], nil)
+		}
+		return nil
+	}
+	s.calls.Add(int64(len(ops)))
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	pas := make([]*policyArgs, len(ops))
+	execs := make([]rueidis.LuaExec, len(ops))
+	for i := range ops {
+		var args []string
+		pas[i], args = s.scriptArgs(now, &ops[i])
+		execs[i] = rueidis.LuaExec{Keys: []string{s.Key(ops[i].Policy.Name(), ops[i].Key)}, Args: args}
+	}
+	res := s.execMulti(cctx, execs)
+	var firstErr error
+	for i, r := range res {
+		v, err := r.AsIntSlice()
+		if err == nil {
+			if out[i], err = pas[i].result(v); err == nil {
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		out[i] = s.degrade(ctx, now, &ops[i], err)
+	}
+	if firstErr != nil {
+		s.failed(firstErr)
+	} else {
+		s.brk.success()
+	}
+	return nil
+}
+
+// execMulti sends every script call in one pipeline: EVALSHA, then EVAL for
+// those that found the script missing (a restarted or failed-over Redis).
+func (s *Store) execMulti(ctx context.Context, execs []rueidis.LuaExec) []rueidis.RedisResult {
+	sha := s.sha()
+	cmds := make(rueidis.Commands, len(execs))
+	for i, e := range execs {
+		cmds[i] = s.client.B().Evalsha().Sha1(sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	var retry []int
+	for i, r := range res {
+		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		again := make(rueidis.Commands, len(retry))
+		for j, i := range retry {
+			e := execs[i]
+			again[j] = s.client.B().Eval().Script(Script()).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+		}
+		for j, r := range s.client.DoMulti(ctx, again...) {
+			res[retry[j]] = r
+		}
+	}
+	return res
+}
+
+var scriptSHA = sync.OnceValue(func() string { return sha1hex(Script()) })
+
+func (s *Store) sha() string { return scriptSHA() }
+
+// failed counts and logs a failed call and feeds the breaker.
+func (s *Store) failed(err error) {
+	s.errs.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.timeouts.Add(1)
+	}
+	s.brk.failure()
+	now := time.Now().Unix()
+	if last := s.lastLog.Load(); now != last && s.lastLog.CompareAndSwap(last, now) {
+		s.opts.Logger.Error("redisstore: call failed; rules' failure modes decide", "err", err,
+			"errors", s.errs.Load(), "breaker_open", s.brk.isOpen())
+	}
+}
+
+// degrade decides op by its rules' failure modes.
+func (s *Store) degrade(ctx context.Context, now int64, op *floodgate.Op, cause error) floodgate.Decision {
+	s.degraded.Add(1)
+	d := s.fallback.decide(ctx, now, op)
+	d.Degraded = true
+	return d
+}
