@@ -10,10 +10,10 @@ type Reason uint8
 
 // Reasons.
 const (
-	ReasonNone         Reason = iota // admitted
-	ReasonLimited                    // a rule's limit is reached; retry after RetryAfter
-	ReasonCostTooLarge               // the cost exceeds what a rule can ever admit; never retry
-	ReasonStoreUnavailable           // the store could not answer and a rule fails closed
+	ReasonNone             Reason = iota // admitted
+	ReasonLimited                        // a rule's limit is reached; retry after RetryAfter
+	ReasonCostTooLarge                   // the cost exceeds what a rule can ever admit; never retry
+	ReasonStoreUnavailable               // the store could not answer and a rule fails closed
 )
 
 func (r Reason) String() string {
