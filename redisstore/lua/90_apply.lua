@@ -53,6 +53,7 @@ end
 -- (a changed limit) as internal/algo.Convert does.
 local raw = redis.call('HMGET', key, unpack(fields))
 local st, nows, ceils = {}, {}, {}
+local converted = false
 for i, p in ipairs(ps) do
   local s = fresh(p)
   if raw[i] then
@@ -61,6 +62,7 @@ for i, p in ipairs(ps) do
       s = v[3]
     else
       s = convert(v[2], v[3], p, s, now)
+      converted = true -- kept even if nothing else changes: it happened now
     end
   end
   st[i] = s
@@ -73,7 +75,7 @@ end
 
 local allowed, toolarge, excess, rule, delayout = true, false, false, 0, 0
 local fit, delay = {}, {}
-local write = false
+local write = converted
 
 if op == OP_RESET then
   redis.call('DEL', key)
