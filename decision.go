@@ -12,7 +12,7 @@ type Reason uint8
 const (
 	ReasonNone             Reason = iota // admitted
 	ReasonLimited                        // a rule's limit is reached; retry after RetryAfter
-	ReasonCostTooLarge                   // the cost exceeds what a rule can ever admit; never retry
+	ReasonCostTooLarge                   // the cost exceeds a rule's capacity (an elastic rule without spare capacity: its limit); waiting does not help
 	ReasonStoreUnavailable               // the store could not answer and a rule fails closed
 )
 

@@ -93,6 +93,17 @@ func (l *Limiter) do(ctx context.Context, key string, kind OpKind, cost int64, m
 	return d, err
 }
 
+// doWith performs an operation under policy p (a reservation's own
+// version), observed like any other.
+func (l *Limiter) doWith(ctx context.Context, p *Policy, key string, kind OpKind, cost int64, maxDelay time.Duration) (Decision, error) {
+	op := Op{Policy: p, Key: key, Kind: kind, Cost: cost, MaxDelay: maxDelay}
+	d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
+	if l.observe != nil {
+		l.observe(Event{Policy: p, Key: key, Op: kind, Cost: cost, Decision: d, Err: err})
+	}
+	return d, err
+}
+
 // Allow reports whether one request for key is admitted now, and consumes
 // it if so.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
@@ -171,8 +182,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.Allowed || r.cost == 0 {
 		return nil
 	}
-	op := Op{Policy: r.p, Key: r.key, Kind: OpRefund, Cost: r.cost}
-	_, err := r.l.store.Do(ctx, r.l.clock.NowMicro(), op)
+	_, err := r.l.doWith(ctx, r.p, r.key, OpRefund, r.cost, 0)
 	r.Allowed = false
 	return err
 }
@@ -237,8 +247,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			return d, ErrCostTooLarge
 		case d.Allowed:
 			if err := l.clock.Sleep(ctx, d.Delay); err != nil {
-				ref := Op{Policy: p, Key: key, Kind: OpRefund, Cost: n}
-				l.store.Do(context.WithoutCancel(ctx), l.clock.NowMicro(), ref) //nolint:errcheck // best effort; the wait's error wins
+				l.doWith(context.WithoutCancel(ctx), p, key, OpRefund, n, 0) //nolint:errcheck // best effort; the wait's error wins
 				return d, err
 			}
 			return d, nil

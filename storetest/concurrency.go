@@ -59,7 +59,6 @@ func testObserver(t *testing.T, newStore NewStore) {
 	// Giving a reservation back is an operation on the key like Refund:
 	// an observer that sums consumption must see it.
 	t.Run("Cancel", func(t *testing.T) {
-		knownBug(t, "Reservation.Cancel and a cancelled WaitN's refund bypass the observer (limiter.go)")
 		e := newEnv(t, newStore)
 		var (
 			mu     sync.Mutex

@@ -23,15 +23,11 @@
 // or evict keys on its own clock during the suite: the suite's clock is in
 // 2017 and 2024, and state fresh by the wall clock is not fresh by the
 // suite's clock.
-//
-// A few tests pin behaviour that is wrong today; they are skipped, naming
-// the bug, unless FLOODGATE_KNOWN_BUGS=1 is set.
 package storetest
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -63,16 +59,6 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
-	}
-}
-
-// knownBug skips a test that fails on a known bug unless
-// FLOODGATE_KNOWN_BUGS=1, so the suite stays green while the bug is open
-// and the failure can be reproduced by name.
-func knownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("FLOODGATE_KNOWN_BUGS") != "1" {
-		t.Skip("known bug (FLOODGATE_KNOWN_BUGS=1 to run): " + bug)
 	}
 }
 

@@ -32,7 +32,14 @@ func Convert(op *Params, os []int64, np *Params, ns []int64, now int64) {
 		ns[0], ns[1] = n, 0
 		return
 	case op.Kind == SlidingCounter && np.Kind == op.Kind && op.Period == np.Period:
-		ns[0], ns[1] = os[0], min(swcPrev(os), c)<<32|min(swcCur(os), c)
+		// Clamp the weighted total: the current count first, then the
+		// previous window's count, to the most whose weight still fits.
+		prev, cur := swcPrev(os), min(swcCur(os), c)
+		if prev > 0 {
+			lim := mulDivCeil(c-cur+1, np.Period, np.Period-(t-os[0])) - 1
+			prev = min(prev, lim)
+		}
+		ns[0], ns[1] = os[0], prev<<32|cur
 		return
 	case op.Kind == SlidingSubwindow && np.Kind == op.Kind && op.Gran == np.Gran && op.N == np.N && op.CBits == np.CBits:
 		copy(ns, os)

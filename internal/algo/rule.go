@@ -235,11 +235,7 @@ func Clamp(p *Params, s []int64, now int64) {
 		swcSetCur(s, min(swcCur(s), c))
 	case SlidingSubwindow:
 		if x := s[1] - c; x > 0 {
-			k := s[0] % p.N
-			v := p.subGet(s, k)
-			x = min(x, v)
-			p.subSet(s, k, v-x)
-			s[1] -= x
+			Refund(p, s, now, x) // newest first, across sub-windows
 		}
 	}
 }

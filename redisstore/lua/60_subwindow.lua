@@ -33,16 +33,6 @@ function sub.commit(p, s, now, cost)
   s[2] = s[2] + cost
 end
 
-function sub.clamp(p, s, now)
-  local x = s[2] - p.maxceil
-  if x > 0 then
-    local k = 3 + s[1] % p.n
-    x = min(x, s[k])
-    s[k] = s[k] - x
-    s[2] = s[2] - x
-  end
-end
-
 function sub.refund(p, s, now, cost)
   local j = s[1]
   while cost > 0 and s[2] > 0 and j > s[1] - p.n do
@@ -53,6 +43,11 @@ function sub.refund(p, s, now, cost)
     cost = cost - x
     j = j - 1
   end
+end
+
+function sub.clamp(p, s, now)
+  local x = s[2] - p.maxceil
+  if x > 0 then sub.refund(p, s, now, x) end -- newest first, across sub-windows
 end
 
 function sub.remaining(p, s, now) return max(0, p.burst - s[2]) end

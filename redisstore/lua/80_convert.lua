@@ -38,7 +38,13 @@ local function convert(a, os, np, ns, now)
     for i = 1, m do ns[i] = os[#os - m + i] end
     return ns
   elseif op.kind == K_COUNTER and np.kind == K_COUNTER and op.period == np.period then
-    return {os[1], min(os[2], c), min(os[3], c)}
+    -- clamp the weighted total: the current count first, then the previous
+    -- window's count, to the most whose weight still fits
+    local prev, cur = os[2], min(os[3], c)
+    if prev > 0 then
+      prev = min(prev, muldivceil(c - cur + 1, np.period, np.period - (t - os[1])) - 1)
+    end
+    return {os[1], prev, cur}
   elseif op.kind == K_SUB and np.kind == K_SUB and op.gran == np.gran and op.n == np.n and cbits(op) == cbits(np) then
     for k = 1, #os do ns[k] = os[k] end
     sub.clamp(np, ns, t)

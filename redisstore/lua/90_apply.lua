@@ -54,6 +54,19 @@ end
 local raw = redis.call('HMGET', key, unpack(fields))
 local st, nows, ceils = {}, {}, {}
 local converted = false
+
+-- Fields of rules this policy version no longer has go at once, as the
+-- memory store converts a key at a new version: a rule added back later
+-- starts fresh.
+local present = 0
+for i = 1, n do if raw[i] then present = present + 1 end end
+if redis.call('HLEN', key) > present then
+  local keep = {}
+  for _, f in ipairs(fields) do keep[f] = true end
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if not keep[f] then redis.call('HDEL', key, f) end
+  end
+end
 for i, p in ipairs(ps) do
   local s = fresh(p)
   if raw[i] then

@@ -1,0 +1,52 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+var namespace atomic.Int64
+
+// conform runs the engine's conformance suite against Redis at url, each
+// subtest in a namespace (key prefix) of its own.
+func conform(t *testing.T, url string) {
+	storetest.Run(t, func(t *testing.T) floodgate.Store {
+		s, err := redisstore.New(url, redisstore.Options{
+			ClientTime: true, // the suite injects its clock
+			Timeout:    5 * time.Second,
+			Prefix:     fmt.Sprintf("conf%d", namespace.Add(1)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if st := s.Stats(); st.Errors != 0 {
+				t.Errorf("store errors during the test: %+v", st)
+			}
+			s.Close()
+		})
+		return s
+	})
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	conform(t, "redis://"+redistest.Standalone(t).Addr)
+}
+
+func TestConformanceSentinel(t *testing.T) {
+	set := redistest.Sentinel(t)
+	conform(t, "redis-sentinel://"+set.Sentinel.Addr+"/"+set.Name)
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := redistest.Cluster(t, 3)
+	conform(t, "redis-cluster://"+strings.Join(c.Addrs(), ","))
+}
