@@ -1,0 +1,10 @@
+// Package bench compares Floodgate's in-memory engine (floodgate.Limiter
+// over memstore) with its peers: golang.org/x/time/rate,
+// github.com/sethvargo/go-limiter (memorystore) and
+// github.com/ulule/limiter/v3 (memory store).
+//
+// It is a module of its own so that the main module never depends on the
+// competitors. The benchmarks live in the _test.go files; run.sh runs them
+// all and docs/BENCHMARKS.md reports the results. cmd/report turns a raw
+// results file into the tables of that report.
+package bench
