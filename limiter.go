@@ -107,6 +107,11 @@ func (l *Limiter) doWith(ctx context.Context, p *Policy, key string, kind OpKind
 // Allow reports whether one request for key is admitted now, and consumes
 // it if so.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	if p := l.policy.Load(); l.observe == nil && p.elastic == 0 {
+		// The hot path, one call deep: every layer a Decision passes
+		// through costs a copy.
+		return l.store.Do(ctx, l.clock.NowMicro(), Op{Policy: p, Key: key, Kind: OpAllow, Cost: 1})
+	}
 	return l.do(ctx, key, OpAllow, 1, 0)
 }
 
@@ -116,6 +121,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if n == 0 {
 		return l.do(ctx, key, OpPeek, 0, 0)
+	}
+	if p := l.policy.Load(); l.observe == nil && p.elastic == 0 && n > 0 {
+		return l.store.Do(ctx, l.clock.NowMicro(), Op{Policy: p, Key: key, Kind: OpAllow, Cost: n})
 	}
 	return l.do(ctx, key, OpAllow, n, 0)
 }

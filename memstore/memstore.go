@@ -76,6 +76,7 @@ type Store struct {
 	shift  uint
 
 	reg     atomic.Pointer[map[*floodgate.Policy]*table]
+	last    atomic.Pointer[binding] // the last policy looked up, most often the next
 	mu      sync.Mutex // guards byName, pending and reg's writes
 	byName  map[string]*table
 	pending map[string]*snapTable // restored from a snapshot, not yet claimed
@@ -241,7 +242,11 @@ func (s *Store) hash(key string) uint64 {
 
 // table returns the table of p, creating or migrating it on first sight.
 func (s *Store) table(p *floodgate.Policy, now int64) *table {
+	if b := s.last.Load(); b != nil && b.p == p {
+		return b.t
+	}
 	if t, ok := (*s.reg.Load())[p]; ok {
+		s.last.Store(&binding{p, t})
 		return t
 	}
 	s.mu.Lock()
@@ -268,6 +273,11 @@ func (s *Store) table(p *floodgate.Policy, now int64) *table {
 	reg[p] = t
 	s.reg.Store(&reg)
 	return t
+}
+
+type binding struct {
+	p *floodgate.Policy
+	t *table
 }
 
 // Do performs op.

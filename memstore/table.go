@@ -75,9 +75,15 @@ func (sh *shard) do(t *table, h uint64, now int64, op *floodgate.Op, d *floodgat
 			return
 		}
 		i = sh.insert(t, p, h, now)
+		p.ApplyTo(sh.state(i), now, op, d)
+		// A new key that was denied may hold nothing worth keeping.
+		if !d.Allowed && p.Consumption(sh.state(i), now) == 0 {
+			sh.deleteAt(t, i)
+		}
+		return
 	}
 	p.ApplyTo(sh.state(i), now, op, d)
-	if op.Kind == floodgate.OpReset || (!d.Allowed && op.Kind != floodgate.OpCharge && p.Consumption(sh.state(i), now) == 0) {
+	if op.Kind == floodgate.OpReset {
 		sh.deleteAt(t, i)
 	}
 }

@@ -40,7 +40,7 @@ func Advance(p *Params, s []int64, now int64) int64 {
 			}
 		}
 	case FixedWindow:
-		ws, _ := p.window(now)
+		ws, _ := p.windowAt(s[0], now)
 		switch {
 		case ws > s[0]:
 			s[0], s[1] = ws, 0
@@ -63,7 +63,10 @@ func Advance(p *Params, s []int64, now int64) int64 {
 		}
 		s[0], s[1] = n, head
 	case SlidingCounter:
-		ws := floorDiv(now, p.Period) * p.Period
+		ws := s[0]
+		if now < s[0] || now-s[0] >= p.Period {
+			ws = floorDiv(now, p.Period) * p.Period
+		}
 		switch {
 		case ws < s[0]:
 			now = s[0]
@@ -99,6 +102,15 @@ func Advance(p *Params, s []int64, now int64) int64 {
 
 // Window returns the fixed window [start, end) holding now.
 func (p *Params) Window(now int64) (int64, int64) { return p.window(now) }
+
+// windowAt returns the fixed window holding now, knowing that the state's
+// window starts at s0: most requests fall in it, which saves a division.
+func (p *Params) windowAt(s0, now int64) (int64, int64) {
+	if p.Cal == CalNone && s0 <= now && now-s0 < p.Period {
+		return s0, s0 + p.Period
+	}
+	return p.window(now)
+}
 
 // window returns the fixed window [start, end) holding now.
 func (p *Params) window(now int64) (int64, int64) {
@@ -307,7 +319,7 @@ func ResetAfter(p *Params, s []int64, now int64) int64 {
 		if s[1] == 0 {
 			return 0
 		}
-		_, end := p.window(now)
+		_, end := p.windowAt(s[0], now)
 		return end - now
 	case SlidingLog:
 		if s[0] == 0 {
@@ -361,7 +373,7 @@ func RetryAfter(p *Params, s []int64, now, cost, ceiling int64) int64 {
 		k := ceilDiv(s[0]-(ceiling-cost), p.Limit)
 		return max(0, s[1]+k*p.Period-now)
 	case FixedWindow:
-		_, end := p.window(now)
+		_, end := p.windowAt(s[0], now)
 		return end - now
 	case SlidingLog:
 		ring := s[2:]
