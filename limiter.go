@@ -310,3 +310,37 @@ func AllowBatch(ctx context.Context, items []Item, out []Decision) error {
 	}
 	return err
 }
+
+// AllowAll decides several keys together, all or nothing: the request is
+// admitted (ok) only if every key admits it. The keys are decided in one
+// store call; if some are denied, what the admitted ones consumed is
+// refunded in a second call. Across keys this is compensation, not
+// atomicity: keys in different Redis Cluster slots (different IPs and
+// users) cannot be updated in one atomic step, so between the two calls a
+// concurrent request may see the refunded capacity as taken. Each key's own
+// rules remain all or nothing and exact. out[i] is items[i]'s decision as
+// made (an admitted key keeps Allowed true even when the whole is denied).
+func AllowAll(ctx context.Context, items []Item, out []Decision) (ok bool, err error) {
+	if err := AllowBatch(ctx, items, out); err != nil {
+		return false, err
+	}
+	ok = true
+	for i := range items {
+		ok = ok && out[i].Allowed
+	}
+	if ok {
+		return true, nil
+	}
+	var refunds []Op
+	for i, it := range items {
+		if out[i].Allowed && it.Cost > 0 {
+			refunds = append(refunds, Op{Policy: it.Limiter.policy.Load(), Key: it.Key, Kind: OpRefund, Cost: it.Cost})
+		}
+	}
+	if len(refunds) == 0 {
+		return false, nil
+	}
+	l := items[0].Limiter
+	scratch := make([]Decision, len(refunds))
+	return false, l.store.DoBatch(ctx, l.clock.NowMicro(), refunds, scratch)
+}

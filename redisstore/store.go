@@ -397,3 +397,12 @@ func (s *Store) degrade(ctx context.Context, now int64, op *floodgate.Op, cause 
 	d.Degraded = true
 	return d
 }
+
+// ScriptCall returns the exact script call the store makes for op at now
+// (now is ignored unless ClientTime): the script's SHA-1, its keys and
+// arguments, for tools that replay it (redis-benchmark, the load tool in
+// bench/). Load the script first with SCRIPT LOAD of Script().
+func (s *Store) ScriptCall(now int64, op floodgate.Op) (sha string, keys, args []string) {
+	_, args = s.scriptArgs(now, &op)
+	return s.sha(), []string{s.Key(op.Policy.Name(), op.Key)}, args
+}

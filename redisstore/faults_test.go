@@ -1,0 +1,216 @@
+package redisstore_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+)
+
+const (
+	faultTimeout = 50 * time.Millisecond
+	// faultMargin is how much longer than the timeout a call may take on a
+	// loaded 2-core CI machine.
+	faultMargin = 400 * time.Millisecond
+)
+
+// load runs goroutines making decisions until stop, recording the slowest
+// call and the latest decision of each limiter.
+type load struct {
+	slowest atomic.Int64
+	calls   atomic.Int64
+	errs    atomic.Int64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startLoad(ls ...*floodgate.Limiter) *load {
+	ld := &load{stop: make(chan struct{})}
+	for g := range 8 {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-ld.stop:
+					return
+				default:
+				}
+				l := ls[(g+i)%len(ls)]
+				start := time.Now()
+				_, err := l.Allow(context.Background(), "load")
+				el := time.Since(start)
+				ld.calls.Add(1)
+				if err != nil {
+					ld.errs.Add(1)
+				}
+				for {
+					old := ld.slowest.Load()
+					if int64(el) <= old || ld.slowest.CompareAndSwap(old, int64(el)) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	return ld
+}
+
+func (ld *load) finish(t *testing.T) {
+	t.Helper()
+	close(ld.stop)
+	ld.wg.Wait()
+	if slow := time.Duration(ld.slowest.Load()); slow > faultTimeout+faultMargin {
+		t.Errorf("slowest call under load took %s, more than the %s timeout plus %s", slow, faultTimeout, faultMargin)
+	}
+	if n := ld.errs.Load(); n != 0 {
+		t.Errorf("%d calls returned errors; failures must be decided by the failure modes", n)
+	}
+	t.Logf("%d calls under load, slowest %s", ld.calls.Load(), time.Duration(ld.slowest.Load()))
+}
+
+// eventually polls cond (a real server's state) until it holds or limit
+// passes, and returns how long it took.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not within %s", what, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+type faultLimiters struct {
+	open, closed, local *floodgate.Limiter
+}
+
+func newFaultLimiters(s floodgate.Store) faultLimiters {
+	rule := func(mode floodgate.FailureMode, pct int64) floodgate.Rule {
+		return floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Hour, OnStoreFailure: mode, LocalPercent: pct}
+	}
+	return faultLimiters{
+		open:   floodgate.NewLimiter(floodgate.MustPolicy("open", rule(floodgate.FailOpen, 0)), s),
+		closed: floodgate.NewLimiter(floodgate.MustPolicy("closed", rule(floodgate.FailClosed, 0)), s),
+		local:  floodgate.NewLimiter(floodgate.MustPolicy("local", rule(floodgate.FailLocal, 50)), s),
+	}
+}
+
+// checkDegraded asserts each failure mode while Redis cannot answer, on a
+// key of its own.
+func (f faultLimiters) checkDegraded(t *testing.T, key string) {
+	t.Helper()
+	ctx := context.Background()
+	for range 20 {
+		if d, _ := f.open.Allow(ctx, key); !d.Allowed || !d.Degraded {
+			t.Fatalf("fail open: %+v, want admitted and degraded", d)
+		}
+		if d, _ := f.closed.Allow(ctx, key); d.Allowed || !d.Degraded || d.Reason != floodgate.ReasonStoreUnavailable {
+			t.Fatalf("fail closed: %+v, want denied, degraded, store_unavailable", d)
+		}
+	}
+	admitted := 0
+	for range 20 {
+		d, _ := f.local.Allow(ctx, key)
+		if !d.Degraded {
+			t.Fatalf("safe mode decision not marked degraded: %+v", d)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 { // 50% of 10
+		t.Fatalf("safe mode admitted %d of 20, want exactly 5 (50%% of the limit)", admitted)
+	}
+}
+
+func TestFaultsKillAndStop(t *testing.T) {
+	srv := redistest.Standalone(t)
+	before := runtime.NumGoroutine()
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: faultTimeout, BreakerCooldown: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFaultLimiters(s)
+	ctx := context.Background()
+	healthy := func() bool {
+		d, err := f.closed.Allow(ctx, "probe")
+		return err == nil && !d.Degraded
+	}
+	if !healthy() {
+		t.Fatal("not healthy at start")
+	}
+	ld := startLoad(f.open, f.closed, f.local)
+
+	// A crash: connections refused.
+	srv.Kill()
+	eventually(t, 2*time.Second, "breaker opens after the crash", func() bool { return s.Stats().Breaker })
+	f.checkDegraded(t, "crash")
+	srv.Restart(t)
+	took := eventually(t, 3*time.Second, "decisions back on Redis after restart", healthy)
+	t.Logf("back on Redis %s after the restart", took)
+	if took > 1500*time.Millisecond {
+		t.Errorf("took %s to come back, want about a second", took)
+	}
+
+	// A stall: the server holds connections and answers nothing.
+	srv.Pause()
+	eventually(t, 3*time.Second, "breaker opens during the stall", func() bool { return s.Stats().Breaker })
+	start := time.Now()
+	f.checkDegraded(t, "stall")
+	if el := time.Since(start); el > 2*faultTimeout+faultMargin {
+		t.Errorf("60 decisions with the breaker open took %s: calls must not wait for the timeout", el)
+	}
+	srv.Resume()
+	took = eventually(t, 3*time.Second, "decisions back on Redis after the stall", healthy)
+	t.Logf("back on Redis %s after the stall", took)
+
+	ld.finish(t)
+	st := s.Stats()
+	if st.Errors == 0 || st.Timeouts == 0 || st.Degraded == 0 {
+		t.Errorf("failures were not counted: %+v", st)
+	}
+	s.Close()
+	eventually(t, 5*time.Second, "goroutines return to their number before the store", func() bool {
+		return runtime.NumGoroutine() <= before+2
+	})
+}
+
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	set := redistest.Sentinel(t)
+	s, err := redisstore.New("redis-sentinel://"+set.Sentinel.Addr+"/"+set.Name, redisstore.Options{Timeout: faultTimeout, BreakerCooldown: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := newFaultLimiters(s)
+	ctx := context.Background()
+	ld := startLoad(f.open, f.closed, f.local)
+	set.Master.Kill()
+	// The sentinel notices after a second and promotes the replica; the
+	// client follows it. Meanwhile every call still answers in time.
+	eventually(t, 20*time.Second, "the sentinel promotes the replica", func() bool {
+		out, _ := redistest.Cmd(set.Sentinel.Addr, "SENTINEL", "get-master-addr-by-name", set.Name)
+		return out != "" && !containsPort(out, set.Master.Port)
+	})
+	eventually(t, 10*time.Second, "decisions on the new master", func() bool {
+		d, err := f.closed.Allow(ctx, "after-failover")
+		return err == nil && !d.Degraded
+	})
+	ld.finish(t)
+}
+
+func containsPort(out string, port int) bool {
+	return slices.Contains(strings.Fields(out), strconv.Itoa(port))
+}
