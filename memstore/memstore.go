@@ -77,7 +77,7 @@ type Store struct {
 
 	reg     atomic.Pointer[map[*floodgate.Policy]*table]
 	last    atomic.Pointer[binding] // the last policy looked up, most often the next
-	mu      sync.Mutex // guards byName, pending and reg's writes
+	mu      sync.Mutex              // guards byName, pending and reg's writes
 	byName  map[string]*table
 	pending map[string]*snapTable // restored from a snapshot, not yet claimed
 
