@@ -1,0 +1,133 @@
+package redisstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+)
+
+// Keys in different Cluster slots are decided in one pipelined call, and
+// AllowAll refunds the admitted keys when another is denied. A flushed
+// script cache (a restart, a failover) is reloaded on the way.
+func TestClusterBatchAcrossSlots(t *testing.T) {
+	c := redistest.Cluster(t, 3)
+	s, err := redisstore.New("redis-cluster://"+strings.Join(c.Addrs(), ","), redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	clk := floodgate.WithClock(clock.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)))
+	perIP := floodgate.NewLimiter(floodgate.MustPolicy("ip", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Minute}), s, clk)
+	perUser := floodgate.NewLimiter(floodgate.MustPolicy("user", floodgate.Rule{Algorithm: floodgate.SlidingLog, Limit: 3, Period: time.Minute}), s, clk)
+
+	// Keys whose slots land on different masters.
+	slots := map[string]bool{}
+	for _, k := range []string{"203.0.113.1", "user:1", "user:2", "user:3"} {
+		slot, _ := redistest.Cmd(c.Addrs()[0], "CLUSTER", "KEYSLOT", s.Key("x", k))
+		slots[slot] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("test keys share one slot: %v", slots)
+	}
+	for _, n := range c.Nodes {
+		redistest.Cmd(n.Addr, "SCRIPT", "FLUSH")
+	}
+	items := []floodgate.Item{{Limiter: perIP, Key: "203.0.113.1", Cost: 1}, {Limiter: perUser, Key: "user:1", Cost: 1}}
+	out := make([]floodgate.Decision, 2)
+	for i := range 6 {
+		ok, err := floodgate.AllowAll(ctx, items, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i < 3; ok != want || out[1].Allowed != want {
+			t.Fatalf("request %d: ok=%v decisions %+v", i, ok, out)
+		}
+	}
+	if d, _ := perIP.AllowN(ctx, "203.0.113.1", 0); d.Remaining != 97 {
+		t.Fatalf("IP remaining %d, want 97: the three denied requests must be refunded", d.Remaining)
+	}
+	if st := s.Stats(); st.Errors != 0 || st.Degraded != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestKeysEscapeHashTags(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Prefix: "fg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for key, want := range map[string]string{
+		"user:1": "fg:1:{user:1}:p",
+		"}{evil": "fg:1:{%7D%7Bevil}:p",
+		"50%{x}": "fg:1:{50%25%7Bx%7D}:p",
+		"%7B":    "fg:1:{%257B}:p",
+		"":       "fg:1:{}:p",
+	} {
+		if got := s.Key("p", key); got != want {
+			t.Errorf("Key(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if _, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Prefix: "a{b}"}); err == nil {
+		t.Error("a prefix with braces must be refused")
+	}
+}
+
+func TestTTLAndCleanup(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Prefix: "ttl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := floodgate.NewLimiter(floodgate.MustPolicy("p",
+		floodgate.Rule{Name: "tb", Limit: 10, Period: time.Minute},
+		floodgate.Rule{Name: "log", Algorithm: floodgate.SlidingLog, Limit: 5, Period: 10 * time.Second}), s)
+	l.AllowN(ctx, "k", 2)
+	key := s.Key("p", "k")
+	// 2 tokens of 10/minute refill in 12 s; the log empties in 10 s.
+	ttl, _ := redistest.Cmd(srv.Addr, "PTTL", key)
+	if ms, _ := time.ParseDuration(ttl + "ms"); ms < 11*time.Second || ms > 12*time.Second+10*time.Millisecond {
+		t.Fatalf("PTTL %s, want the 12 s until the state is fresh", ttl)
+	}
+	l.Refund(ctx, "k", 2)
+	if n, _ := redistest.Cmd(srv.Addr, "EXISTS", key); n != "0" {
+		t.Fatal("a key refunded back to fresh must be deleted")
+	}
+	l.Allow(ctx, "k")
+	l.Reset(ctx, "k")
+	if n, _ := redistest.Cmd(srv.Addr, "EXISTS", key); n != "0" {
+		t.Fatal("Reset must delete the key")
+	}
+}
+
+func TestBadURLs(t *testing.T) {
+	for _, u := range []string{
+		"http://localhost:6379",
+		"redis-sentinel://127.0.0.1:26379",
+		"redis-cluster:///",
+		"redis-cluster://127.0.0.1:1/3",
+		"redis-sentinel://127.0.0.1:1/m?db=x",
+		"::",
+	} {
+		if _, err := redisstore.New(u, redisstore.Options{}); err == nil {
+			t.Errorf("New(%q): want an error", u)
+		}
+	}
+	_, err := redisstore.ParseURL("redis://:secret@127.0.0.1:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redisstore.New("redis-cluster://user:hunter2@127.0.0.1:1,bad", redisstore.Options{}); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("errors must not print passwords: %v", err)
+	}
+}
