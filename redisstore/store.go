@@ -31,7 +31,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,53 +146,96 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 
 // ParseURL turns a store URL (see New) into rueidis client options.
 func ParseURL(raw string) (rueidis.ClientOption, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: store URL: %w", err)
+	var co rueidis.ClientOption
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return co, fmt.Errorf("redisstore: store URL %q: want scheme://host:port (redis, rediss, redis-sentinel or redis-cluster)", redact(raw))
 	}
-	switch u.Scheme {
+	switch scheme {
 	case "redis", "rediss":
 		co, err := rueidis.ParseURL(raw)
 		if err != nil {
-			return co, fmt.Errorf("redisstore: store URL %s: %w", redact(raw), err)
+			return co, fmt.Errorf("redisstore: store URL %s: %s", redact(raw), strings.ReplaceAll(err.Error(), raw, redact(raw)))
 		}
 		return co, nil
 	case "redis-sentinel", "redis-cluster":
 	default:
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: store URL %s: unknown scheme %q (want redis, rediss, redis-sentinel or redis-cluster)", redact(raw), u.Scheme)
+		return co, fmt.Errorf("redisstore: store URL %s: unknown scheme %q (want redis, rediss, redis-sentinel or redis-cluster)", redact(raw), scheme)
 	}
-	var co rueidis.ClientOption
-	if u.Host == "" {
+	// url.Parse cannot read several host:port pairs, so split by hand:
+	// [user[:password]@]host:port[,host:port...][/path][?query]
+	rest, query, _ := strings.Cut(rest, "?")
+	authority, path, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		user, pass, _ := strings.Cut(authority[:at], ":")
+		var err error
+		if co.Username, err = url.PathUnescape(user); err != nil {
+			return co, fmt.Errorf("redisstore: store URL %s: user name: %w", redact(raw), err)
+		}
+		if co.Password, err = url.PathUnescape(pass); err != nil {
+			return co, fmt.Errorf("redisstore: store URL %s: bad escape in the password", redact(raw))
+		}
+		authority = authority[at+1:]
+	}
+	if authority == "" {
 		return co, fmt.Errorf("redisstore: store URL %s: no host", redact(raw))
 	}
-	co.InitAddress = strings.Split(u.Host, ",")
-	if u.User != nil {
-		co.Username = u.User.Username()
-		co.Password, _ = u.User.Password()
+	for _, hp := range strings.Split(authority, ",") {
+		if _, port, err := net.SplitHostPort(hp); err != nil || port == "" {
+			return co, fmt.Errorf("redisstore: store URL %s: %q is not host:port", redact(raw), hp)
+		}
+		co.InitAddress = append(co.InitAddress, hp)
 	}
-	if u.Scheme == "redis-sentinel" {
-		co.Sentinel.MasterSet = strings.Trim(u.Path, "/")
+	if scheme == "redis-sentinel" {
+		co.Sentinel.MasterSet = strings.Trim(path, "/")
 		if co.Sentinel.MasterSet == "" {
 			return co, fmt.Errorf("redisstore: store URL %s: name the master after the hosts: redis-sentinel://host:port/master-name", redact(raw))
 		}
 		co.Sentinel.Username, co.Sentinel.Password = co.Username, co.Password
-	} else if strings.Trim(u.Path, "/") != "" {
+	} else if strings.Trim(path, "/") != "" {
 		return co, fmt.Errorf("redisstore: store URL %s: a cluster has no database number", redact(raw))
 	}
-	if db := u.Query().Get("db"); db != "" {
-		if _, err := fmt.Sscanf(db, "%d", &co.SelectDB); err != nil {
-			return co, fmt.Errorf("redisstore: store URL %s: db=%q is not a number", redact(raw), db)
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return co, fmt.Errorf("redisstore: store URL %s: query: %w", redact(raw), err)
+	}
+	for k := range q {
+		if k != "db" {
+			return co, fmt.Errorf("redisstore: store URL %s: unknown parameter %q", redact(raw), k)
 		}
+	}
+	if db := q.Get("db"); db != "" {
+		n, err := strconv.Atoi(db)
+		if err != nil || n < 0 {
+			return co, fmt.Errorf("redisstore: store URL %s: db=%q is not a database number", redact(raw), db)
+		}
+		if scheme == "redis-cluster" && n != 0 {
+			return co, fmt.Errorf("redisstore: store URL %s: a cluster has no database number", redact(raw))
+		}
+		co.SelectDB = n
 	}
 	return co, nil
 }
 
+// redact hides the password of a store URL, for messages.
 func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
 		return raw
 	}
-	return u.Redacted()
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(authority[:at], ":")
+	if hasPass {
+		user += ":xxxxx"
+	}
+	return scheme + "://" + user + "@" + authority[at+1:] + tail
 }
 
 // Close closes the store's connections (when New opened them).
