@@ -81,13 +81,20 @@ func randomPolicy(r *rand.Rand, name string, spare *bool) *floodgate.Policy {
 // times must give identical decisions: the Lua is the same math.
 func TestDifferentialAgainstGo(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, Prefix: "diff"})
+	t.Run("functions", func(t *testing.T) { differential(t, srv, false, 150) })
+	// The same code as a plain script (EVALSHA), as on servers before Redis 7.
+	t.Run("scripts", func(t *testing.T) { differential(t, srv, true, 30) })
+}
+
+func differential(t *testing.T, srv *redistest.Server, scripts bool, traces int) {
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second,
+		Prefix: fmt.Sprintf("diff%v", scripts), NoFunctions: scripts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ctx := context.Background()
-	traces, steps := 150, 80
+	steps := 80
 	if n, err := strconv.Atoi(os.Getenv("FLOODGATE_DIFF_TRACES")); err == nil {
 		traces = n // longer runs: FLOODGATE_DIFF_TRACES=5000 go test -run Differential ./redisstore
 	}

@@ -7,21 +7,29 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/algo"
 )
 
-// The decision script: redisstore/lua/*.lua in name order, one file per
-// algorithm between the helpers and the dispatcher, run as one script so a
-// whole policy is one atomic call.
+// The decision code: redisstore/lua/*.lua in name order (helpers, one file
+// per algorithm, conversions, the dispatcher), loaded as a Redis 7 function
+// library (FUNCTION LOAD once, then FCALL) so its helpers are compiled once,
+// or run as one script (EVALSHA) on servers without functions.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// Script returns the assembled Lua source.
-func Script() string {
+// LibraryName is the function library's name, and Function the function
+// each decision calls. The "1" is the layout version of the keys.
+const (
+	LibraryName = "floodgate_v1"
+	Function    = "floodgate_v1_apply"
+)
+
+var luaBody = sync.OnceValue(func() string {
 	names, err := fs.Glob(luaFiles, "lua/*.lua")
 	if err != nil {
 		panic(err)
@@ -38,11 +46,26 @@ func Script() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+})
+
+// Script returns the decision code as one script for EVAL/EVALSHA.
+func Script() string { return luaBody() + "return apply(KEYS, ARGV)\n" }
+
+// Library returns the decision code as a Redis 7 function library.
+//
+// A library cannot reach Lua's standard libraries while it loads, so the
+// code is set up on the first call (init) and kept for the library's life.
+func Library() string {
+	return "#!lua name=" + LibraryName + "\n" +
+		"local apply\nlocal function init()\n" + luaBody() + "return apply\nend\n" +
+		"redis.register_function('" + Function + "', function(keys, args)\n" +
+		"  if apply == nil then apply = init() end\n" +
+		"  return apply(keys, args)\nend)\n"
 }
 
-// ruleFields is the number of ARGV values per rule (RULE_FIELDS in
-// 90_apply.lua).
-const ruleFields = 19
+// ruleFields is the number of arguments per rule (RULE_FIELDS in
+// 90_apply.lua): name, signature, and three calendar bounds.
+const ruleFields = 5
 
 // policyArgs is the static part of a policy's script arguments, computed
 // once per policy version.
@@ -57,31 +80,25 @@ func newPolicyArgs(p *floodgate.Policy) *policyArgs {
 	ps := p.Compiled()
 	rules := p.Rules()
 	pa := &policyArgs{rules: ps, static: make([]string, 0, len(ps)*ruleFields)}
-	for _, r := range rules {
-		pa.names = append(pa.names, r.Name)
-	}
-	i64 := func(x int64) string { return strconv.FormatInt(x, 10) }
 	for i := range ps {
 		r := &ps[i]
-		loc := ""
+		pa.names = append(pa.names, rules[i].Name)
+		loc, cal, cr := "", "0", "0"
 		if r.Loc != nil {
 			loc = r.Loc.String()
 		}
-		cr := "0"
+		if r.Cal != algo.CalNone {
+			cal = strconv.Itoa(int(r.Cal))
+			pa.cal = true
+		}
 		if r.CountRejected {
 			cr = "1"
 		}
-		cal := "0"
-		if r.Cal != algo.CalNone {
-			cal = "1"
-			pa.cal = true
-		}
-		wsig := fmt.Sprintf("%d/%d/%d/%s/%d", r.Kind, r.Period, r.Cal, loc, r.WeekDay0)
-		sig := fmt.Sprintf("%s/%d/%d/%d/%d/%d/%d/%s", wsig, r.Limit, r.Burst, r.Gran, r.Soft, r.Elastic, r.MaxCeiling(), cr)
-		pa.static = append(pa.static,
-			rules[i].Name, i64(int64(r.Kind)), i64(r.Limit), i64(r.Period), i64(r.Burst),
-			i64(r.Unit), i64(r.Rate), i64(r.Gran), i64(r.N), i64(r.Soft), i64(r.Elastic), cr,
-			cal, "0", "0", "0", i64(r.MaxCeiling()), sig, wsig)
+		// The signature (parse in 80_convert.lua): every parameter that
+		// gives the state its meaning; the first five fields are the window.
+		sig := fmt.Sprintf("%d|%d|%s|%s|%d|%d|%d|%d|%d|%d|%d|%s",
+			r.Kind, r.Period, cal, loc, r.WeekDay0, r.Limit, r.Burst, r.Gran, r.Soft, r.Elastic, r.MaxCeiling(), cr)
+		pa.static = append(pa.static, rules[i].Name, sig, "0", "0", "0")
 	}
 	return pa
 }
@@ -111,9 +128,9 @@ func (pa *policyArgs) args(now, calNow int64, op *floodgate.Op) []string {
 			b0, b1 := r.Window(calNow)
 			_, b2 := r.Window(b1)
 			base := 6 + i*ruleFields
-			a[base+13] = strconv.FormatInt(b0, 10)
-			a[base+14] = strconv.FormatInt(b1, 10)
-			a[base+15] = strconv.FormatInt(b2, 10)
+			a[base+2] = strconv.FormatInt(b0, 10)
+			a[base+3] = strconv.FormatInt(b1, 10)
+			a[base+4] = strconv.FormatInt(b2, 10)
 		}
 	}
 	return a

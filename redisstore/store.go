@@ -63,6 +63,11 @@ type Options struct {
 	// Logger receives store errors, at most one line a second (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// NoFunctions runs the decision code as a script (EVALSHA) instead of a
+	// function library (FCALL), as the store does by itself on servers
+	// before Redis 7. Scripts are slower: their helpers are compiled on
+	// every call.
+	NoFunctions bool
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -73,6 +78,10 @@ type Store struct {
 	script *rueidis.Lua
 
 	args sync.Map // *floodgate.Policy → *policyArgs
+
+	libMu      sync.Mutex
+	libLoaded  atomic.Bool // the function library is loaded on every node
+	scriptMode atomic.Bool // the server has no functions: EVALSHA instead
 
 	brk      breaker
 	fallback *fallback
@@ -135,6 +144,7 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script())}
+	s.scriptMode.Store(opts.NoFunctions)
 	s.brk.threshold, s.brk.cooldown = opts.BreakerThreshold, opts.BreakerCooldown
 	fb, err := newFallback()
 	if err != nil {
@@ -318,7 +328,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	pa, args := s.scriptArgs(now, &op)
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := s.script.Exec(cctx, s.client, []string{s.Key(op.Policy.Name(), op.Key)}, args).AsIntSlice()
+	v, err := s.call(cctx, s.Key(op.Policy.Name(), op.Key), args).AsIntSlice()
 	if err == nil {
 		var d floodgate.Decision
 		if d, err = pa.result(v); err == nil {
@@ -389,29 +399,121 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 	return nil
 }
 
-// execMulti sends every script call in one pipeline: EVALSHA, then EVAL for
-// those that found the script missing (a restarted or failed-over Redis).
+// call makes one decision's call: FCALL of the function library, loading
+// it first if this store has not yet (or Redis lost it: a restart without
+// persistence, a new node); EVALSHA/EVAL on servers without functions.
+func (s *Store) call(ctx context.Context, key string, args []string) rueidis.RedisResult {
+	if s.scriptMode.Load() {
+		return s.script.Exec(ctx, s.client, []string{key}, args)
+	}
+	if !s.libLoaded.Load() {
+		if err := s.loadLibrary(ctx); err != nil {
+			return rueidis.NewErrorResult(err)
+		}
+		if s.scriptMode.Load() {
+			return s.script.Exec(ctx, s.client, []string{key}, args)
+		}
+	}
+	r := s.client.Do(ctx, s.fcall(key, args))
+	if notLoaded(r.Error()) {
+		s.libLoaded.Store(false)
+		if err := s.loadLibrary(ctx); err != nil {
+			return rueidis.NewErrorResult(err)
+		}
+		r = s.client.Do(ctx, s.fcall(key, args))
+	}
+	return r
+}
+
+func (s *Store) fcall(key string, args []string) rueidis.Completed {
+	return s.client.B().Fcall().Function(Function).Numkeys(1).Key(key).Arg(args...).Build()
+}
+
+// notLoaded reports whether err says the function library is missing.
+func notLoaded(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(e.Error(), "Function not found")
+}
+
+// loadLibrary loads the function library on every node (FUNCTION LOAD
+// REPLACE: the same code under the same name is a no-op in effect). A
+// server without functions (before Redis 7) switches the store to scripts.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	s.libMu.Lock()
+	defer s.libMu.Unlock()
+	if s.libLoaded.Load() || s.scriptMode.Load() {
+		return nil
+	}
+	lib := Library()
+	var firstErr error
+	loaded := 0
+	for addr, n := range s.client.Nodes() {
+		err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(lib).Build()).Error()
+		if e, ok := rueidis.IsRedisErr(err); ok {
+			switch {
+			case strings.Contains(e.Error(), "unknown command"):
+				s.scriptMode.Store(true)
+				s.opts.Logger.Warn("redisstore: Redis has no functions (before 7.0); using EVALSHA")
+				return nil
+			case strings.Contains(e.Error(), "READONLY"):
+				continue // a replica: it gets the library from its master
+			}
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("redisstore: FUNCTION LOAD on %s: %w", addr, err)
+			}
+			continue
+		}
+		loaded++
+	}
+	if loaded == 0 && firstErr != nil {
+		return firstErr
+	}
+	s.libLoaded.Store(true)
+	return nil
+}
+
+// execMulti sends every decision in one pipeline (FCALL; EVALSHA on
+// servers without functions), reloading the library for those that found
+// it missing.
 func (s *Store) execMulti(ctx context.Context, execs []rueidis.LuaExec) []rueidis.RedisResult {
-	sha := s.sha()
+	if s.scriptMode.Load() {
+		return s.script.ExecMulti(ctx, s.client, execs...)
+	}
+	if !s.libLoaded.Load() {
+		if err := s.loadLibrary(ctx); err != nil {
+			res := make([]rueidis.RedisResult, len(execs))
+			for i := range res {
+				res[i] = rueidis.NewErrorResult(err)
+			}
+			return res
+		}
+		if s.scriptMode.Load() {
+			return s.script.ExecMulti(ctx, s.client, execs...)
+		}
+	}
 	cmds := make(rueidis.Commands, len(execs))
 	for i, e := range execs {
-		cmds[i] = s.client.B().Evalsha().Sha1(sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+		cmds[i] = s.fcall(e.Keys[0], e.Args)
 	}
 	res := s.client.DoMulti(ctx, cmds...)
 	var retry []int
 	for i, r := range res {
-		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+		if notLoaded(r.Error()) {
 			retry = append(retry, i)
 		}
 	}
 	if len(retry) > 0 {
-		again := make(rueidis.Commands, len(retry))
-		for j, i := range retry {
-			e := execs[i]
-			again[j] = s.client.B().Eval().Script(Script()).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
-		}
-		for j, r := range s.client.DoMulti(ctx, again...) {
-			res[retry[j]] = r
+		s.libLoaded.Store(false)
+		if err := s.loadLibrary(ctx); err == nil {
+			again := make(rueidis.Commands, len(retry))
+			for j, i := range retry {
+				again[j] = s.fcall(execs[i].Keys[0], execs[i].Args)
+			}
+			for j, r := range s.client.DoMulti(ctx, again...) {
+				res[retry[j]] = r
+			}
 		}
 	}
 	return res
@@ -443,11 +545,19 @@ func (s *Store) degrade(ctx context.Context, now int64, op *floodgate.Op, cause 
 	return d
 }
 
-// ScriptCall returns the exact script call the store makes for op at now
-// (now is ignored unless ClientTime): the script's SHA-1, its keys and
-// arguments, for tools that replay it (redis-benchmark, the load tool in
-// bench/). Load the script first with SCRIPT LOAD of Script().
-func (s *Store) ScriptCall(now int64, op floodgate.Op) (sha string, keys, args []string) {
-	_, args = s.scriptArgs(now, &op)
-	return s.sha(), []string{s.Key(op.Policy.Name(), op.Key)}, args
+// Command returns the exact Redis command the store sends for op at now
+// (now is ignored unless ClientTime): FCALL of the library's function, or
+// EVALSHA of Script() on servers without functions, with its key and
+// arguments, for tools that replay it (redis-benchmark, bench/). It loads
+// the library first.
+func (s *Store) Command(ctx context.Context, now int64, op floodgate.Op) ([]string, error) {
+	if err := s.loadLibrary(ctx); err != nil {
+		return nil, err
+	}
+	_, args := s.scriptArgs(now, &op)
+	key := s.Key(op.Policy.Name(), op.Key)
+	if s.scriptMode.Load() {
+		return append([]string{"EVALSHA", s.sha(), "1", key}, args...), nil
+	}
+	return append([]string{"FCALL", Function, "1", key}, args...), nil
 }

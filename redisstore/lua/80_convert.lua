@@ -1,6 +1,5 @@
--- Converting state written under other parameters (a changed limit), as
--- internal/algo.Convert does: keep what the key consumed, in requests,
--- clamped to the new rule's largest ceiling.
+-- Rule parameters, and converting state written under other parameters (a
+-- changed limit) as internal/algo.Convert does.
 
 local algos = {
   [K_TOKEN] = bucket, [K_METER] = bucket, [K_GCRA] = bucket, [K_SHAPER] = bucket,
@@ -8,19 +7,48 @@ local algos = {
   [K_COUNTER] = counter, [K_SUB] = sub,
 }
 
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, a % b end
+  return a
+end
+
+-- parse reads a rule's signature, every parameter that gives its state a
+-- meaning: kind|period|cal|location|weekday|limit|burst|gran|soft|elastic|
+-- maxceil|countrejected. The first five are its window: state converts
+-- verbatim between fixed windows that share them.
+local function parse(name, sig)
+  local v, start = {}, 1
+  while true do
+    local bar = string.find(sig, '|', start, true)
+    if bar == nil then
+      v[#v + 1] = string.sub(sig, start)
+      break
+    end
+    v[#v + 1] = string.sub(sig, start, bar - 1)
+    start = bar + 1
+  end
+  local p = {
+    name = name, sig = sig, kind = tonumber(v[1]), period = tonumber(v[2]), cal = tonumber(v[3]),
+    limit = tonumber(v[6]), burst = tonumber(v[7]), gran = tonumber(v[8]), soft = tonumber(v[9]),
+    elastic = tonumber(v[10]), maxceil = tonumber(v[11]), cr = v[12] == '1',
+    wsig = v[1] .. '|' .. v[2] .. '|' .. v[3] .. '|' .. v[4] .. '|' .. v[5],
+    b0 = 0, b1 = 0, b2 = 0,
+  }
+  p.algo = algos[p.kind]
+  if p.algo == nil or p.period == nil or p.limit == nil or p.maxceil == nil then return nil end
+  local g = gcd(p.period, p.limit)
+  p.unit, p.rate = p.period / g, p.limit / g
+  p.n = 0
+  if p.gran > 0 then p.n = p.period / p.gran end
+  return p
+end
+
 local function isbucket(k) return k == K_TOKEN or k == K_METER or k == K_GCRA or k == K_SHAPER end
 local function cbits(p) if 2 * p.maxceil < 65536 then return 16 end return 32 end
 
--- convert returns the state ns (fresh, under np) holding what os (under
--- the stored parameters a) had consumed at now.
-local function convert(a, os, np, ns, now)
-  local op = {
-    kind = a[1], limit = a[2], period = a[3], burst = a[4], unit = a[5], rate = a[6],
-    gran = a[7], n = a[8], soft = a[9], elastic = a[10], cr = a[11] == 1, cal = a[12],
-    b0 = a[13], b1 = a[14], b2 = a[15], maxceil = a[16], wsig = a[17],
-  }
-  op.algo = algos[op.kind]
-  if op.algo == nil then return ns end
+-- convert returns the state ns (fresh, under np) holding what os (under op)
+-- had consumed at now.
+local function convert(op, os, np, ns, now)
   local t = op.algo.advance(op, os, now)
   local used = op.algo.used(op, os, t)
   if used == 0 then return ns end
@@ -54,4 +82,20 @@ local function convert(a, os, np, ns, now)
   np.algo.advance(np, ns, t)
   np.algo.commit(np, ns, t, min(used, c))
   return ns
+end
+
+-- Parsed parameters by name and signature. As a function library the cache
+-- lives as long as the library; as a plain script, for one call.
+local pcache, pcount = {}, 0
+
+local function params(name, sig)
+  local k = name .. '\0' .. sig
+  local p = pcache[k]
+  if p == nil then
+    p = parse(name, sig)
+    if p == nil then return nil end
+    if pcount >= 4096 then pcache, pcount = {}, 0 end
+    pcache[k], pcount = p, pcount + 1
+  end
+  return p
 end
