@@ -1,24 +1,24 @@
 // Package redisstore keeps Floodgate's state in Redis, so that any number
 // of processes enforce one exact limit together.
 //
-// Every decision is one call of one Lua script (EVALSHA, falling back to
-// EVAL when Redis has lost the script, after a restart or failover): the
-// whole policy of a key — several rules, mixed algorithms — is decided
-// atomically in Redis, with the same integer math as the Go engine. The
-// client is rueidis, whose auto-pipelining lets concurrent decisions from
-// many goroutines share round trips.
+// Every decision is one call of Floodgate's Lua code, loaded as a Redis 7
+// function library (FCALL; reloaded when Redis has lost it; EVALSHA on older
+// servers): the whole policy of a key — several rules, mixed algorithms — is
+// decided atomically in Redis, with the same integer math as the Go engine.
+// The client is rueidis, whose auto-pipelining lets concurrent decisions
+// from many goroutines share round trips.
 //
-// Layout: one Redis hash per (policy, key), named
+// Layout: one Redis string per (policy, key), named
 //
 //	<prefix>:1:{<escaped key>}:<policy name>
 //
-// with a field per rule holding that rule's state (MessagePack) and the
-// parameters it was written under, so a changed limit converts the state on
-// the key's next request. The key is the hash tag, so every rule of a key
-// lives in one Cluster slot; '{', '}' and '%' in keys are percent-escaped,
-// so no caller can choose its slot. "1" is the layout version. Every hash
-// carries a TTL no longer than its state can matter, and is deleted when
-// its state is fresh again.
+// holding (MessagePack) each rule's state with the parameters it was
+// written under, so a changed limit converts the state on the key's next
+// request. The key is the hash tag, so every rule of a key lives in one
+// Cluster slot; '{', '}' and '%' in keys are percent-escaped, so no caller
+// can choose its slot. "1" is the layout version. Every key carries a TTL
+// no longer than its state can matter, and is deleted when its state is
+// fresh again.
 //
 // When Redis is slow or down, each call gives up after Options.Timeout and
 // the rules' failure modes decide (floodgate.Rule.OnStoreFailure); after a
