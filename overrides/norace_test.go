@@ -1,0 +1,5 @@
+//go:build !race
+
+package overrides
+
+const raceEnabled = false

@@ -1,0 +1,215 @@
+package overrides
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+func redisClient(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	testStore(t, NewRedis(redisClient(t, srv.Addr), "test"))
+}
+
+func TestRedisLayout(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	r := NewRedis(redisClient(t, srv.Addr), "fg")
+	if err := r.Put(ctx, Override{Domain: "a{b}%", Key: "user=1", Limit: 5, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := redistest.Cmd(srv.Addr, "KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"fg:overrides:1:{a%7Bb%7D%25}:k", "fg:overrides:1:{a%7Bb%7D%25}:v"}
+	for _, k := range want {
+		if !strings.Contains(keys, k) {
+			t.Fatalf("keys %q, want %q", keys, want)
+		}
+	}
+	if typ, _ := redistest.Cmd(srv.Addr, "TYPE", want[1]); typ != "hash" {
+		t.Fatalf("values: %s", typ)
+	}
+	if typ, _ := redistest.Cmd(srv.Addr, "TYPE", want[0]); typ != "zset" {
+		t.Fatalf("index: %s", typ)
+	}
+	r.Delete(ctx, "a{b}%", "user=1")
+	if keys, _ := redistest.Cmd(srv.Addr, "DBSIZE"); keys != "0" {
+		t.Fatalf("%s keys left after deleting the last override", keys)
+	}
+}
+
+// Two instances, each with its own client and cache, over one Redis: a
+// change through either shows in the other's cache through pub/sub, with
+// no TTL.
+func TestRedisCacheAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	a := NewCache(NewRedis(redisClient(t, srv.Addr), "fg"), 1000, 0)
+	b := NewCache(NewRedis(redisClient(t, srv.Addr), "fg"), 1000, 0)
+	defer a.Close()
+	defer b.Close()
+	waitFor(t, "both caches subscribed", func() bool { return a.Stats().Resets >= 1 && b.Stats().Resets >= 1 })
+	if !a.Stats().Watching {
+		t.Fatal("not watching")
+	}
+
+	// b caches the absence, a puts: b sees it.
+	if _, ok, _ := b.Get(ctx, "api", "user=1"); ok {
+		t.Fatal("found before put")
+	}
+	if err := a.Put(ctx, Override{Domain: "api", Key: "user=1", Limit: 5, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see a's put", func() bool {
+		o, ok, _ := b.Get(ctx, "api", "user=1")
+		return ok && o.Limit == 5
+	})
+	// b caches it, a changes it: b sees the change.
+	a.Put(ctx, Override{Domain: "api", Key: "user=1", Limit: 6, Period: time.Second})
+	waitFor(t, "b to see a's change", func() bool {
+		o, _, _ := b.Get(ctx, "api", "user=1")
+		return o.Limit == 6
+	})
+	// a deletes it.
+	a.Delete(ctx, "api", "user=1")
+	waitFor(t, "b to see a's delete", func() bool {
+		_, ok, _ := b.Get(ctx, "api", "user=1")
+		return !ok
+	})
+	// A bulk write drops the domain's entries in b.
+	b.Get(ctx, "api", "bulk=7")
+	b.Get(ctx, "web", "x")
+	var many []Override
+	for i := range 100 {
+		many = append(many, Override{Domain: "api", Key: fmt.Sprintf("bulk=%d", i), Limit: int64(i + 1), Period: time.Second})
+	}
+	if err := a.PutMany(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see a's bulk write", func() bool {
+		o, ok, _ := b.Get(ctx, "api", "bulk=7")
+		return ok && o.Limit == 8
+	})
+	if st := b.Stats(); st.Invalidations < 4 {
+		t.Fatalf("b's stats: %+v", st)
+	}
+}
+
+// When Redis restarts, the subscription comes back and the cache drops
+// everything, since changes may have been missed meanwhile.
+func TestRedisCacheResubscribes(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	a := NewCache(NewRedis(redisClient(t, srv.Addr), "fg"), 1000, 0)
+	defer a.Close()
+	waitFor(t, "subscribed", func() bool { return a.Stats().Resets == 1 })
+	a.Get(ctx, "api", "user=1")
+	srv.Restart(t) // no persistence: Redis comes back empty
+	waitFor(t, "resubscribed", func() bool { return a.Stats().Resets >= 2 })
+	if st := a.Stats(); st.Entries != 0 {
+		t.Fatalf("entries kept across a resubscription: %+v", st)
+	}
+	// And it still hears changes.
+	a.Get(ctx, "api", "user=2")
+	other := NewRedis(redisClient(t, srv.Addr), "fg")
+	other.Put(ctx, Override{Domain: "api", Key: "user=2", Limit: 3, Period: time.Second})
+	waitFor(t, "a change after resubscribing", func() bool {
+		_, ok, _ := a.Get(ctx, "api", "user=2")
+		return ok
+	})
+}
+
+func TestRedisWatchStop(t *testing.T) {
+	srv := redistest.Standalone(t)
+	r := NewRedis(redisClient(t, srv.Addr), "fg")
+	calls := make(chan string, 10)
+	stop := r.Watch(func(d, k string) { calls <- d + "/" + k }, func() { calls <- "reset" })
+	if got := <-calls; got != "reset" {
+		t.Fatalf("first call %q, want reset", got)
+	}
+	r.Put(context.Background(), Override{Domain: "api", Key: "k", Limit: 1, Period: time.Second})
+	if got := <-calls; got != "api/k" {
+		t.Fatalf("got %q", got)
+	}
+	stop()
+	r.Put(context.Background(), Override{Domain: "api", Key: "k2", Limit: 1, Period: time.Second})
+	time.Sleep(50 * time.Millisecond) // nothing may come: give it the chance
+	if len(calls) != 0 {
+		t.Fatalf("called after stop: %q", <-calls)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// On a Cluster, every write is one script on the domain's slot, and a
+// change published on that node reaches subscribers on the others.
+func TestRedisCluster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.Cluster(t, 3)
+	client := func() rueidis.Client {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	testStore(t, NewRedis(client(), "fg"))
+
+	caches := make([]*Cache, 3)
+	for i := range caches {
+		caches[i] = NewCache(NewRedis(client(), "fg"), 1000, 0)
+		defer caches[i].Close()
+	}
+	waitFor(t, "subscriptions", func() bool {
+		for _, c := range caches {
+			if c.Stats().Resets == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Domains on different slots.
+	for d := range 10 {
+		dom := fmt.Sprintf("dom%d", d)
+		for _, c := range caches {
+			c.Get(ctx, dom, "k")
+		}
+		if err := caches[d%3].Put(ctx, Override{Domain: dom, Key: "k", Limit: int64(d + 1), Period: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range caches {
+			waitFor(t, "the change on "+dom, func() bool {
+				o, ok, _ := c.Get(ctx, dom, "k")
+				return ok && o.Limit == int64(d+1)
+			})
+		}
+	}
+}
