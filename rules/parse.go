@@ -1,0 +1,926 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Limits on what one rules file may hold, so hostile input costs bounded
+// work.
+const (
+	MaxFileSize    = 4 << 20 // bytes in one rules file
+	MaxDepth       = 32      // nested descriptor levels (and entries in a matched request descriptor)
+	MaxDescriptors = 50000   // descriptors in one file, exempt_values included
+	MaxStringLen   = 4096    // bytes in a key, value, value_prefix, name or metadata string
+	MaxRegexLen    = 1024    // bytes in a value_regex
+	MaxYAMLNodes   = 2000000 // YAML nodes visited, aliases expanded
+	maxYAMLDepth   = 200     // YAML nesting (metadata included)
+)
+
+// The limits as enforced; tests lower them.
+var (
+	maxDescriptors = MaxDescriptors
+	maxYAMLNodes   = MaxYAMLNodes
+)
+
+// field names by place, for "unknown field" hints
+var (
+	rootFields = []string{"domain", "descriptors", "all_or_nothing", "failure_mode", "local_percent"}
+	descFields = []string{"key", "value", "value_prefix", "value_regex", "exempt", "exempt_values",
+		"rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode", "detailed_metric",
+		"value_to_metric", "share_threshold", "metadata"}
+	ruleFields = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
+		"window", "calendar", "time_zone", "week_start", "algorithm", "burst", "refill", "granularity",
+		"mode", "soft_percent", "elastic_ceiling", "count_rejected", "failure_mode", "local_percent"}
+)
+
+// Options change how files are read, for settings envoyproxy/ratelimit
+// takes from its environment rather than its files.
+type Options struct {
+	// CalendarMonth makes unit: month a calendar month in UTC (from the 1st,
+	// 00:00 UTC, to the next), as envoyproxy/ratelimit does with
+	// USE_CALENDAR_MONTH_RATE_LIMIT=true, rather than 30 days from the epoch.
+	CalendarMonth bool
+}
+
+// Parse reads one rules file: one domain. The error lists every problem
+// found, each as "file:line: field: message" (see Error), joined with
+// errors.Join. Parse never panics.
+func Parse(file string, data []byte) (*Domain, error) {
+	return ParseWith(file, data, Options{})
+}
+
+// ParseWith is Parse with options.
+func ParseWith(file string, data []byte, opts Options) (d *Domain, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d, err = nil, &Error{File: file, Msg: fmt.Sprintf("internal error while parsing: %v", r)}
+		}
+	}()
+	return parse(file, data, opts)
+}
+
+// parse is ParseWith without the safety net, for the fuzz test.
+func parse(file string, data []byte, opts Options) (*Domain, error) {
+	p := &parser{errList: errList{file: file}, opts: opts}
+	if len(data) > MaxFileSize {
+		p.add(0, "", "file is %d bytes; at most %d", len(data), MaxFileSize)
+		return nil, p.err()
+	}
+	root, line, msg := decodeYAML(data)
+	if msg != "" {
+		p.add(line, "", "%s", msg)
+		return nil, p.err()
+	}
+	d := p.domain(root)
+	if d != nil {
+		d.order = p.top
+	}
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// decodeYAML parses one YAML document. An empty file is an empty mapping.
+func decodeYAML(data []byte) (root *yaml.Node, line int, msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			root, line, msg = nil, 0, fmt.Sprintf("invalid YAML: %v", r)
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &yaml.Node{Kind: yaml.MappingNode, Line: 1}, 0, ""
+		}
+		line, msg := yamlErrLine(err)
+		return nil, line, msg
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			line, msg := yamlErrLine(err)
+			return nil, line, msg
+		}
+		return nil, extra.Line, "a second YAML document: a rules file holds one domain"
+	}
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		return doc.Content[0], 0, ""
+	}
+	return &doc, 0, ""
+}
+
+func yamlErrLine(err error) (int, string) {
+	s := err.Error()
+	if m := yamlLine.FindStringSubmatch(s); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n, "invalid YAML: " + m[2]
+	}
+	return 0, "invalid YAML: " + strings.TrimPrefix(s, "yaml: ")
+}
+
+type parser struct {
+	errList
+	visited int  // YAML nodes visited
+	over    bool // the visit budget is spent
+	descs   int
+	opts    Options
+	dom     *Domain
+	top     []*node
+	fail    failDefaults
+}
+
+type failDefaults struct {
+	mode    string
+	percent int64
+	line    int
+}
+
+// field is one key of a YAML mapping.
+type field struct {
+	name string
+	key  *yaml.Node
+	val  *yaml.Node
+}
+
+// visit counts a node against the budget.
+func (p *parser) visit(n *yaml.Node) bool {
+	p.visited++
+	if p.visited > maxYAMLNodes {
+		if !p.over {
+			p.over = true
+			p.add(n.Line, "", "the file expands (aliases included) to more than %d YAML nodes", maxYAMLNodes)
+		}
+		return false
+	}
+	return true
+}
+
+// resolve follows aliases.
+func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
+		if i > 100 || !p.visit(n) {
+			return nil
+		}
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "null"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+// fields returns a mapping's keys in order, merge keys ("<<") expanded,
+// checking duplicates. depth counts merge nesting.
+func (p *parser) fields(n *yaml.Node, path string) []field {
+	var out []field
+	seen := map[string]*yaml.Node{}
+	p.collect(n, path, &out, seen, false, 0)
+	return out
+}
+
+func (p *parser) collect(n *yaml.Node, path string, out *[]field, seen map[string]*yaml.Node, merged bool, depth int) {
+	if depth > 10 {
+		p.add(n.Line, path, "merge keys (<<) nest too deep")
+		return
+	}
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !p.visit(k) || !p.visit(v) {
+			return
+		}
+		k = p.resolve(k)
+		if k == nil {
+			return
+		}
+		if k.Kind != yaml.ScalarNode || isNull(k) {
+			p.add(k.Line, path, "a field name must be a string, not %s", kindName(k))
+			continue
+		}
+		if k.Value == "<<" && k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 {
+			merges = append(merges, v)
+			continue
+		}
+		if prev := seen[k.Value]; prev != nil {
+			if !merged {
+				p.add(k.Line, join(path, k.Value), "given twice (first at line %d)", prev.Line)
+			}
+			continue
+		}
+		seen[k.Value] = k
+		*out = append(*out, field{name: k.Value, key: k, val: v})
+	}
+	for _, m := range merges {
+		m = p.resolve(m)
+		if m == nil {
+			return
+		}
+		var maps []*yaml.Node
+		switch m.Kind {
+		case yaml.MappingNode:
+			maps = []*yaml.Node{m}
+		case yaml.SequenceNode:
+			for _, e := range m.Content {
+				if e = p.resolve(e); e != nil {
+					maps = append(maps, e)
+				}
+			}
+		}
+		for _, mm := range maps {
+			if mm.Kind != yaml.MappingNode {
+				p.add(mm.Line, path, "a merge key (<<) must name mappings")
+				continue
+			}
+			p.collect(mm, path, out, seen, true, depth+1)
+		}
+	}
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// unknown reports a field that has no place here, with a hint.
+func (p *parser) unknown(f field, path string, allowed []string) {
+	msg := fmt.Sprintf("unknown field %q", f.name)
+	switch {
+	case contains(ruleFields, f.name) && !contains(allowed, f.name):
+		msg += " here (it belongs in rate_limit)"
+	case contains(descFields, f.name) && !contains(allowed, f.name):
+		msg += " here (it is a descriptor field)"
+	case contains(rootFields, f.name) && !contains(allowed, f.name):
+		msg += " here (it is a top-level field)"
+	default:
+		if s := closest(f.name, allowed); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+	}
+	p.add(f.key.Line, join(path, f.name), "%s", msg)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// closest returns the allowed name nearest to s by edit distance, if near.
+func closest(s string, allowed []string) string {
+	if len(s) > 64 {
+		return ""
+	}
+	best, bestD := "", 3
+	norm := strings.ToLower(strings.NewReplacer("-", "_", " ", "_").Replace(s))
+	for _, a := range allowed {
+		if d := editDistance(norm, a); d < bestD || d == bestD && best == "" && d < 3 {
+			best, bestD = a, d
+		}
+		if strings.ReplaceAll(a, "_", "") == strings.ReplaceAll(norm, "_", "") {
+			return a
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// str reads a string scalar (any scalar but null); ok is false (and an
+// error reported) for anything else.
+func (p *parser) str(v *yaml.Node, path string) (string, bool) {
+	v = p.resolve(v)
+	if v == nil {
+		return "", false
+	}
+	if v.Kind != yaml.ScalarNode || isNull(v) {
+		p.add(v.Line, path, "want a string, got %s", kindName(v))
+		return "", false
+	}
+	if len(v.Value) > MaxStringLen {
+		p.add(v.Line, path, "is %d bytes long; at most %d", len(v.Value), MaxStringLen)
+		return "", false
+	}
+	return v.Value, true
+}
+
+func quoted(v *yaml.Node) bool {
+	return v.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 || v.Tag == "!!str"
+}
+
+// boolean reads true or false (YAML 1.1's yes/no/on/off too, as
+// envoyproxy/ratelimit's YAML parser accepts them).
+func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
+	v = p.resolve(v)
+	if v == nil {
+		return false, false
+	}
+	if v.Kind == yaml.ScalarNode && !quoted(v) {
+		switch strings.ToLower(v.Value) {
+		case "true", "yes", "on", "y":
+			return true, true
+		case "false", "no", "off", "n":
+			return false, true
+		}
+	}
+	p.add(v.Line, path, "want true or false, got %s", kindName(v))
+	return false, false
+}
+
+// integer reads a whole number in [lo, hi].
+func (p *parser) integer(v *yaml.Node, path string, lo, hi int64) (int64, bool) {
+	v = p.resolve(v)
+	if v == nil {
+		return 0, false
+	}
+	if v.Kind != yaml.ScalarNode || quoted(v) || isNull(v) {
+		p.add(v.Line, path, "want a whole number, got %s", kindName(v))
+		return 0, false
+	}
+	s := v.Value
+	base := 10
+	if t := strings.TrimLeft(s, "+-"); len(t) > 1 && t[0] == '0' && strings.ContainsAny(t[1:2], "xXoObB") {
+		base = 0
+	} else {
+		s = strings.ReplaceAll(s, "_", "")
+	}
+	n, err := strconv.ParseInt(s, base, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			p.add(v.Line, path, "%s is out of range (%d to %d)", v.Value, lo, hi)
+		} else {
+			p.add(v.Line, path, "want a whole number, got %s", kindName(v))
+		}
+		return 0, false
+	}
+	if n < lo || n > hi {
+		p.add(v.Line, path, "%d is out of range (%d to %d)", n, lo, hi)
+		return 0, false
+	}
+	return n, true
+}
+
+// seq reads a list.
+func (p *parser) seq(v *yaml.Node, path string) ([]*yaml.Node, bool) {
+	v = p.resolve(v)
+	if v == nil {
+		return nil, false
+	}
+	if isNull(v) {
+		return nil, true
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.add(v.Line, path, "want a list, got %s", kindName(v))
+		return nil, false
+	}
+	out := make([]*yaml.Node, 0, len(v.Content))
+	for _, e := range v.Content {
+		if !p.visit(e) {
+			return nil, false
+		}
+		if e = p.resolve(e); e == nil {
+			return nil, false
+		}
+		out = append(out, e)
+	}
+	return out, true
+}
+
+// mapping checks v is a mapping.
+func (p *parser) mapping(v *yaml.Node, path string) (*yaml.Node, bool) {
+	v = p.resolve(v)
+	if v == nil {
+		return nil, false
+	}
+	if v.Kind != yaml.MappingNode {
+		p.add(v.Line, path, "want a mapping, got %s", kindName(v))
+		return nil, false
+	}
+	return v, true
+}
+
+// domain reads the file's top level.
+func (p *parser) domain(root *yaml.Node) *Domain {
+	root, ok := p.mapping(root, "")
+	if !ok {
+		return nil
+	}
+	d := &Domain{File: p.file, root: &level{byKey: map[string]*keyGroup{}}}
+	p.dom = d
+	var descs *yaml.Node
+	var name *yaml.Node
+	var failLocal *yaml.Node
+	for _, f := range p.fields(root, "") {
+		if isNull(p.resolve(f.val)) {
+			if f.name == "domain" {
+				name = f.val
+			}
+			continue
+		}
+		switch f.name {
+		case "domain":
+			name = f.val
+		case "descriptors":
+			descs = f.val
+		case "all_or_nothing":
+			d.AllOrNothing, _ = p.boolean(f.val, f.name)
+		case "failure_mode":
+			if s, ok := p.str(f.val, f.name); ok {
+				if s = strings.ToLower(s); s == "open" || s == "closed" || s == "local" {
+					p.fail.mode, p.fail.line = s, f.val.Line
+				} else {
+					p.add(f.val.Line, f.name, "unknown failure mode %q (want open, closed or local)", s)
+				}
+			}
+		case "local_percent":
+			failLocal = f.val
+		default:
+			p.unknown(f, "", rootFields)
+		}
+	}
+	if failLocal != nil {
+		if v, ok := p.integer(failLocal, "local_percent", 1, 100); ok {
+			p.fail.percent = v
+			if p.fail.mode != "local" {
+				p.add(failLocal.Line, "local_percent", "needs failure_mode: local")
+			}
+		}
+	} else if p.fail.mode == "local" {
+		p.add(p.fail.line, "failure_mode", "local needs local_percent (1 to 100): the share of the limit each instance allows on its own")
+	}
+	if name == nil || isNull(p.resolve(name)) {
+		p.add(root.Line, "domain", "missing: every rules file names its domain")
+	} else if s, ok := p.str(name, "domain"); ok {
+		if s == "" {
+			p.add(name.Line, "domain", "must not be empty")
+		}
+		d.Name = s
+	}
+	if descs != nil {
+		p.top = p.descriptors(descs, "descriptors", 1, nil, d.root)
+	}
+	p.nameLimits()
+	return d
+}
+
+// descriptors reads one level of descriptors into lvl.
+func (p *parser) descriptors(v *yaml.Node, path string, depth int, parents []*node, lvl *level) []*node {
+	items, ok := p.seq(v, path)
+	if !ok {
+		return nil
+	}
+	if depth > MaxDepth && len(items) > 0 {
+		p.add(v.Line, path, "descriptors nest deeper than %d levels", MaxDepth)
+		return nil
+	}
+	var order []*node
+	for i, it := range items {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if p.over {
+			return order
+		}
+		if it.Kind != yaml.MappingNode {
+			p.add(it.Line, ip, "want a descriptor (a mapping with a key), got %s", kindName(it))
+			continue
+		}
+		p.descs++
+		if p.descs > maxDescriptors {
+			p.add(it.Line, ip, "more than %d descriptors in one file", maxDescriptors)
+			p.over = true
+			return order
+		}
+		if n := p.descriptor(it, ip, depth, parents, lvl); n != nil {
+			order = append(order, n)
+		}
+	}
+	// The longest prefix is tried first.
+	for _, g := range lvl.byKey {
+		sort.SliceStable(g.prefixes, func(i, j int) bool { return len(g.prefixes[i].value) > len(g.prefixes[j].value) })
+	}
+	return order
+}
+
+// descriptor reads one descriptor and adds it to lvl.
+func (p *parser) descriptor(m *yaml.Node, path string, depth int, parents []*node, lvl *level) *node {
+	n := &node{line: m.Line}
+	var (
+		keySet, bad                      bool
+		valueF, prefixF, regexF          *yaml.Node
+		rl, rls, children, exemptV, meta *field
+		detailed, shadow, quota          bool
+		shareLine                        int
+	)
+	fs := p.fields(m, path)
+	for i := range fs {
+		f := &fs[i]
+		fp := join(path, f.name)
+		if isNull(p.resolve(f.val)) && f.name != "key" {
+			continue
+		}
+		switch f.name {
+		case "key":
+			if s, ok := p.str(f.val, fp); ok {
+				n.key, keySet = s, s != ""
+				if s == "" {
+					p.add(f.val.Line, fp, "must not be empty")
+					bad = true
+				}
+			} else {
+				bad = true
+			}
+		case "value":
+			valueF = f.val
+		case "value_prefix":
+			prefixF = f.val
+		case "value_regex":
+			regexF = f.val
+		case "exempt":
+			n.exempt, _ = p.boolean(f.val, fp)
+		case "exempt_values":
+			exemptV = f
+		case "rate_limit":
+			rl = f
+		case "rate_limits":
+			rls = f
+		case "descriptors":
+			children = f
+		case "shadow_mode":
+			shadow, _ = p.boolean(f.val, fp)
+		case "quota_mode":
+			quota, _ = p.boolean(f.val, fp)
+		case "detailed_metric":
+			detailed, _ = p.boolean(f.val, fp)
+		case "value_to_metric":
+			n.toMetric, _ = p.boolean(f.val, fp)
+		case "share_threshold":
+			n.share, _ = p.boolean(f.val, fp)
+			shareLine = f.key.Line
+		case "metadata":
+			meta = f
+		default:
+			p.unknown(*f, path, descFields)
+		}
+	}
+	if !keySet && !bad {
+		p.add(m.Line, join(path, "key"), "missing: every descriptor has a key")
+		bad = true
+	}
+
+	// How the node matches values.
+	given := 0
+	for _, x := range []*yaml.Node{valueF, prefixF, regexF} {
+		if x != nil {
+			given++
+		}
+	}
+	if given > 1 {
+		p.add(m.Line, path, "value, value_prefix and value_regex exclude each other")
+		bad = true
+	}
+	switch {
+	case valueF != nil:
+		if s, ok := p.str(valueF, join(path, "value")); ok {
+			// An empty value is no value, as envoyproxy/ratelimit reads it.
+			switch {
+			case s == "":
+				n.kind = kindKey
+			case strings.Contains(s, "*"):
+				n.kind, n.value, n.parts = kindGlob, s, strings.Split(s, "*")
+			default:
+				n.kind, n.value = kindExact, s
+			}
+		} else {
+			bad = true
+		}
+	case prefixF != nil:
+		if s, ok := p.str(prefixF, join(path, "value_prefix")); ok {
+			if s == "" {
+				p.add(prefixF.Line, join(path, "value_prefix"), "must not be empty (a descriptor without a value matches every value)")
+				bad = true
+			}
+			n.kind, n.value = kindPrefix, s
+		} else {
+			bad = true
+		}
+	case regexF != nil:
+		fp := join(path, "value_regex")
+		if s, ok := p.str(regexF, fp); ok {
+			switch {
+			case s == "":
+				p.add(regexF.Line, fp, "must not be empty")
+				bad = true
+			case len(s) > MaxRegexLen:
+				p.add(regexF.Line, fp, "is %d bytes long; at most %d", len(s), MaxRegexLen)
+				bad = true
+			default:
+				re, err := regexp.Compile(`^(?:` + s + `)$`)
+				if err != nil {
+					p.add(regexF.Line, fp, "invalid RE2 regular expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+					bad = true
+				}
+				n.kind, n.value, n.re = kindRegex, s, re
+			}
+		} else {
+			bad = true
+		}
+	}
+	if n.share && n.kind != kindGlob && n.kind != kindPrefix && n.kind != kindRegex {
+		p.add(shareLine, join(path, "share_threshold"), "needs a wildcard value (containing '*'), a value_prefix or a value_regex: it makes every value the pattern matches share one limit")
+	}
+	if n.exempt {
+		for _, f := range []*field{rl, rls, children, exemptV} {
+			if f != nil {
+				p.add(f.key.Line, join(path, f.name), "an exempt descriptor is never limited: it cannot have %s", f.name)
+			}
+		}
+	}
+	if rl != nil && rls != nil {
+		p.add(rls.key.Line, join(path, "rate_limits"), "give rate_limit or rate_limits, not both")
+		rls = nil
+	}
+	if bad {
+		return nil
+	}
+
+	// Register the node at its level, refusing duplicates.
+	if !p.register(lvl, n, path) {
+		return nil
+	}
+	if exemptV != nil {
+		p.exemptValues(lvl, n, exemptV, join(path, "exempt_values"))
+	}
+
+	chain := append(parents[:len(parents):len(parents)], n)
+	if rl != nil || rls != nil {
+		n.limit = p.limit(rl, rls, path, chain)
+		if n.limit != nil {
+			n.limit.ShadowMode, n.limit.QuotaMode, n.limit.DetailedMetric = shadow, quota, detailed
+			if meta != nil {
+				n.limit.Metadata = p.metadata(meta, join(path, "metadata"))
+			}
+		}
+	} else if meta != nil {
+		// Metadata travels with a limit; a node without one has nowhere to
+		// send it, but it is still checked.
+		p.metadata(meta, join(path, "metadata"))
+	}
+	if children != nil {
+		n.children = &level{byKey: map[string]*keyGroup{}}
+		n.order = p.descriptors(children.val, join(path, "descriptors"), depth+1, chain, n.children)
+	}
+	return n
+}
+
+// register adds n to lvl unless a node with its key and value is there.
+func (p *parser) register(lvl *level, n *node, path string) bool {
+	g := lvl.byKey[n.key]
+	if g == nil {
+		g = &keyGroup{}
+		lvl.byKey[n.key] = g
+	}
+	var dup *node
+	switch n.kind {
+	case kindKey:
+		dup = g.keyOnly
+	case kindExact:
+		dup = g.exact[n.value]
+	default:
+		dup = g.patterns[string(rune('0'+n.kind))+n.value]
+	}
+	if dup != nil {
+		what := fmt.Sprintf("key %q", n.key)
+		switch n.kind {
+		case kindExact, kindGlob:
+			what += fmt.Sprintf(" value %q", n.value)
+		case kindPrefix:
+			what += fmt.Sprintf(" value_prefix %q", n.value)
+		case kindRegex:
+			what += fmt.Sprintf(" value_regex %q", n.value)
+		}
+		if dup.synth {
+			p.add(n.line, path, "duplicate descriptor: %s is listed in exempt_values at line %d", what, dup.line)
+		} else {
+			p.add(n.line, path, "duplicate descriptor: %s is already defined at line %d", what, dup.line)
+		}
+		return false
+	}
+	switch n.kind {
+	case kindKey:
+		g.keyOnly = n
+	case kindExact:
+		if g.exact == nil {
+			g.exact = map[string]*node{}
+		}
+		g.exact[n.value] = n
+	case kindPrefix:
+		g.prefixes = append(g.prefixes, n) // sorted when the level is complete
+	case kindRegex:
+		g.regexes = append(g.regexes, n)
+	case kindGlob:
+		g.globs = append(g.globs, n)
+	}
+	if n.kind >= kindPrefix {
+		if g.patterns == nil {
+			g.patterns = map[string]*node{}
+		}
+		g.patterns[string(rune('0'+n.kind))+n.value] = n
+	}
+	return true
+}
+
+// exemptValues adds an exempt exact sibling of n for each listed value.
+func (p *parser) exemptValues(lvl *level, n *node, f *field, path string) {
+	vals, ok := p.seq(f.val, path)
+	if !ok {
+		return
+	}
+	if n.kind == kindExact {
+		p.add(f.key.Line, path, "needs a descriptor that matches many values (no value, a wildcard, value_prefix or value_regex)")
+		return
+	}
+	for i, v := range vals {
+		vp := fmt.Sprintf("%s[%d]", path, i)
+		s, ok := p.str(v, vp)
+		if !ok {
+			continue
+		}
+		p.descs++
+		if p.descs > maxDescriptors {
+			p.add(v.Line, vp, "more than %d descriptors in one file", maxDescriptors)
+			p.over = true
+			return
+		}
+		if s == "" {
+			p.add(v.Line, vp, "must not be empty")
+			continue
+		}
+		probe := &node{parts: n.parts, re: n.re, kind: n.kind, value: n.value}
+		if n.kind != kindKey && !probe.matches(s) {
+			p.add(v.Line, vp, "%q does not match this descriptor's %s", s, n.matchField())
+			continue
+		}
+		if p.register(lvl, &node{key: n.key, kind: kindExact, value: s, exempt: true, synth: true, line: v.Line}, vp) {
+			n.exempts = append(n.exempts, s)
+		}
+	}
+}
+
+func (n *node) matches(v string) bool {
+	switch n.kind {
+	case kindExact:
+		return v == n.value
+	case kindPrefix:
+		return strings.HasPrefix(v, n.value)
+	case kindRegex:
+		return n.re.MatchString(v)
+	case kindGlob:
+		return globMatch(n.parts, v)
+	}
+	return true
+}
+
+func (n *node) matchField() string {
+	switch n.kind {
+	case kindPrefix:
+		return "value_prefix"
+	case kindRegex:
+		return "value_regex"
+	}
+	return "value"
+}
+
+// metadata converts a metadata mapping to plain Go values: map[string]any,
+// []any, string, int64, float64, bool and nil.
+func (p *parser) metadata(f *field, path string) map[string]any {
+	m, ok := p.mapping(f.val, path)
+	if !ok {
+		return nil
+	}
+	v, ok := p.plain(m, path, 0)
+	if !ok {
+		return nil
+	}
+	return v.(map[string]any)
+}
+
+func (p *parser) plain(v *yaml.Node, path string, depth int) (any, bool) {
+	if depth > maxYAMLDepth {
+		p.add(v.Line, path, "nests deeper than %d levels", maxYAMLDepth)
+		return nil, false
+	}
+	if !p.visit(v) {
+		return nil, false
+	}
+	if v = p.resolve(v); v == nil {
+		return nil, false
+	}
+	switch v.Kind {
+	case yaml.MappingNode:
+		out := map[string]any{}
+		for _, f := range p.fields(v, path) {
+			x, ok := p.plain(f.val, join(path, f.name), depth+1)
+			if !ok {
+				return nil, false
+			}
+			out[f.name] = x
+		}
+		return out, true
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(v.Content))
+		for i, e := range v.Content {
+			x, ok := p.plain(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, x)
+		}
+		return out, true
+	case yaml.ScalarNode:
+		if len(v.Value) > MaxStringLen {
+			p.add(v.Line, path, "is %d bytes long; at most %d", len(v.Value), MaxStringLen)
+			return nil, false
+		}
+		switch v.ShortTag() {
+		case "!!null":
+			return nil, true
+		case "!!bool":
+			var b bool
+			if err := v.Decode(&b); err == nil {
+				return b, true
+			}
+		case "!!int":
+			var i int64
+			if err := v.Decode(&i); err == nil {
+				return i, true
+			}
+			var f float64
+			if err := v.Decode(&f); err == nil {
+				return f, true
+			}
+		case "!!float":
+			var f float64
+			if err := v.Decode(&f); err == nil {
+				if math.IsNaN(f) || math.IsInf(f, 0) {
+					p.add(v.Line, path, "NaN and infinities cannot be sent as metadata")
+					return nil, false
+				}
+				return f, true
+			}
+		}
+		return v.Value, true
+	}
+	p.add(v.Line, path, "unsupported YAML")
+	return nil, false
+}
