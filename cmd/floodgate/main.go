@@ -1,17 +1,21 @@
 // Command floodgate is the Floodgate rate limiter's command line.
 //
-//	floodgate version    print the version
-//
-// Later releases add "serve" (the rate-limit service) and "proxy" (a
-// rate-limiting reverse proxy).
+//	floodgate serve [flags]      the rate-limit service (Envoy's API over gRPC, HTTP/JSON, admin)
+//	floodgate validate DIR       check rule files without starting
+//	floodgate check [flags]      ask a running server about a descriptor
+//	floodgate bench [flags]      drive ShouldRateLimit and report throughput and latency
+//	floodgate version            print the version
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/floodgate/floodgate/internal/loadgen"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -27,6 +31,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "serve":
+		return serve(context.Background(), args[1:], stdout, stderr)
+	case "validate":
+		return validate(args[1:], stdout, stderr)
+	case "check":
+		return check(args[1:], stdout, stderr)
+	case "bench":
+		return loadgen.Main(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "floodgate %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
@@ -53,7 +65,11 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: floodgate <command>
 
 commands:
-  version   print the version and exit
-  help      print this help
+  serve      run the rate-limit service (floodgate serve -h for its flags)
+  validate   check rule files: floodgate validate DIR
+  check      ask a running server: floodgate check --domain D --descriptor key=value
+  bench      load-test a server's ShouldRateLimit (floodgate bench -h)
+  version    print the version and exit
+  help       print this help
 `)
 }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/rules"
+)
+
+// validate checks every rule file of a directory (or single files) without
+// starting anything: exit 0 when all are good, 1 with each error (file,
+// line, field) otherwise.
+func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: floodgate validate DIR|FILE...")
+		return 2
+	}
+	var files []string
+	for _, a := range args {
+		info, err := os.Stat(a)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if !info.IsDir() {
+			files = append(files, a)
+			continue
+		}
+		for _, pat := range []string{"*.yaml", "*.yml"} {
+			m, _ := filepath.Glob(filepath.Join(a, pat))
+			files = append(files, m...)
+		}
+	}
+	sort.Strings(files)
+	bad := 0
+	var domains []*rules.Domain
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil {
+			var d *rules.Domain
+			if d, err = rules.Parse(f, data); err == nil {
+				domains = append(domains, d)
+				fmt.Fprintf(stdout, "ok    %s (domain %q)\n", f, d.Name)
+				continue
+			}
+		}
+		bad++
+		fmt.Fprintf(stderr, "FAIL  %s\n%s\n", f, indent(err.Error()))
+	}
+	if bad == 0 {
+		if _, err := rules.NewConfig(domains...); err != nil {
+			fmt.Fprintf(stderr, "FAIL  %v\n", err)
+			return 1
+		}
+	}
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "no *.yaml or *.yml files found")
+		return 1
+	}
+	if bad > 0 {
+		fmt.Fprintf(stderr, "%d of %d files refused\n", bad, len(files))
+		return 1
+	}
+	return 0
+}
+
+func indent(s string) string {
+	return "      " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n      ")
+}
+
+// check asks a running server about one or more descriptors.
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8081", "the server's gRPC address")
+	domain := fs.String("domain", "", "the domain")
+	hits := fs.Uint("hits", 1, "hits to add (0 checks without consuming)")
+	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
+	var descs multiFlag
+	fs.Var(&descs, "descriptor", "key=value[,key2=value2...] (repeat for several descriptors)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *domain == "" || len(descs) == 0 {
+		fmt.Fprintln(stderr, "usage: floodgate check --addr HOST:PORT --domain D --descriptor key=value[,key=value] [--hits N]")
+		return 2
+	}
+	req := &rlsv3.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
+	for _, d := range descs {
+		var desc rlcommon.RateLimitDescriptor
+		for _, kv := range strings.Split(d, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(stderr, "--descriptor %q: want key=value pairs separated by commas\n", d)
+				return 2
+			}
+			desc.Entries = append(desc.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, &desc)
+	}
+	if *hits == 0 {
+		req.HitsAddend = 0
+		for _, d := range req.Descriptors {
+			d.HitsAddend = wrapperspb.UInt64(0)
+		}
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+	if err != nil {
+		fmt.Fprintln(stderr, "ShouldRateLimit:", err)
+		return 1
+	}
+	out, _ := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(resp)
+	var pretty json.RawMessage = out
+	fmt.Fprintln(stdout, string(pretty))
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		return 3
+	}
+	return 0
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }

@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/rules"
+	"github.com/floodgate/floodgate/service"
+)
+
+// serveConfig is what `floodgate serve` is told, by flags or FLOODGATE_*
+// environment variables (flags win).
+type serveConfig struct {
+	rulesDir, dataDir                string
+	grpcAddr, httpAddr, adminAddr    string
+	adminToken                       string
+	store                            string
+	logLevel, logFormat              string
+	tlsCert, tlsKey, tlsClientCA     string
+	allowRequestLimits, xRateLimit   bool
+	drain, reloadEvery, storeTimeout time.Duration
+}
+
+func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
+	c := &serveConfig{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v, ok := os.LookupEnv("FLOODGATE_" + name); ok {
+			return v
+		}
+		return def
+	}
+	envBool := func(name string) bool { v := env(name, ""); return v == "1" || v == "true" }
+	envDur := func(name string, def time.Duration) time.Duration {
+		if d, err := time.ParseDuration(env(name, "")); err == nil {
+			return d
+		}
+		return def
+	}
+	fs.StringVar(&c.rulesDir, "rules", env("RULES", ""), "directory of YAML rule files (default: an example rules file) [FLOODGATE_RULES]")
+	fs.StringVar(&c.dataDir, "data", env("DATA", "floodgate-data"), "data directory: overrides, memory-store snapshots [FLOODGATE_DATA]")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", env("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address (port 0: any free port) [FLOODGATE_GRPC_ADDR]")
+	fs.StringVar(&c.httpAddr, "http-addr", env("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
+	fs.StringVar(&c.adminAddr, "admin-addr", env("ADMIN_ADDR", "127.0.0.1:6070"), "admin API listen address [FLOODGATE_ADMIN_ADDR]")
+	fs.StringVar(&c.adminToken, "admin-token", env("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
+	fs.StringVar(&c.store, "store", env("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL [FLOODGATE_STORE]")
+	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
+	fs.StringVar(&c.logFormat, "log-format", env("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
+	fs.StringVar(&c.tlsCert, "tls-cert", env("TLS_CERT", ""), "TLS certificate for the gRPC and HTTP listeners [FLOODGATE_TLS_CERT]")
+	fs.StringVar(&c.tlsKey, "tls-key", env("TLS_KEY", ""), "TLS key [FLOODGATE_TLS_KEY]")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", env("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
+	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
+	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
+	fs.DurationVar(&c.drain, "drain-timeout", envDur("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
+	fs.DurationVar(&c.reloadEvery, "reload-interval", envDur("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", envDur("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store [FLOODGATE_STORE_TIMEOUT]")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, errors.New("serve: --tls-cert and --tls-key go together")
+	}
+	if c.tlsClientCA != "" && c.tlsCert == "" {
+		return nil, errors.New("serve: --tls-client-ca needs --tls-cert and --tls-key")
+	}
+	return c, nil
+}
+
+func newLogger(c *serveConfig, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("serve: --log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("serve: --log-format %q: want text or json", c.logFormat)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serve runs the service until SIGTERM or SIGINT (or ctx ends).
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := serveFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	log, err := newLogger(c, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if err := runServe(ctx, c, log); err != nil {
+		log.Error("serve: " + err.Error())
+		return 1
+	}
+	return 0
+}
+
+func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
+	if !isLoopback(c.adminAddr) && c.adminToken == "" {
+		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("--data %s: %w", c.dataDir, err)
+	}
+	if c.rulesDir == "" {
+		dir := filepath.Join(c.dataDir, "example-rules")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "example.yaml"), rules.ExampleFile, 0o644); err != nil {
+			return err
+		}
+		c.rulesDir = dir
+		log.Info("no --rules given: serving the example rules", "dir", dir)
+	}
+
+	metrics := service.NewMetrics()
+	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{}}
+	cfg, err := loader.load()
+	if err != nil {
+		return err
+	}
+
+	// The store, and where overrides live.
+	var (
+		store     floodgate.Store
+		ovr       overrides.Store
+		ready     service.Readiness
+		closeFns  []func() error
+	)
+	if c.store == "memory" || c.store == "" {
+		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, "memstore.snapshot"), Logger: log})
+		if err != nil {
+			return err
+		}
+		store, closeFns = ms, append(closeFns, ms.Close)
+		ready = func() (bool, string) { return true, "ready: in-memory store" }
+		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, "overrides.db"))
+		if err != nil {
+			return err
+		}
+		ovr = b
+	} else {
+		rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, Logger: log})
+		if err != nil {
+			return err
+		}
+		store, closeFns = rs, append(closeFns, rs.Close)
+		ready = func() (bool, string) {
+			if st := rs.Stats(); st.Breaker {
+				return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
+			}
+			return true, "ready: Redis store"
+		}
+		ovr = overrides.NewRedis(rs.Client(), "floodgate-overrides")
+	}
+	// Over Redis, other instances' changes arrive by pub/sub; the TTL is a
+	// backstop. Bolt is written only through this cache: no TTL needed.
+	ttl := time.Duration(0)
+	if _, onRedis := ovr.(*overrides.Redis); onRedis {
+		ttl = 30 * time.Second
+	}
+	cache := overrides.NewCache(ovr, 1<<16, ttl)
+	closeFns = append(closeFns, cache.Close) // closes the store under it too
+
+	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, AllowRequestLimits: c.allowRequestLimits,
+		XRateLimitHeaders: c.xRateLimit, Metrics: metrics, Logger: log})
+	loader.svc = svc
+
+	// Listeners.
+	tlsConf, err := serverTLS(c)
+	if err != nil {
+		return err
+	}
+	listen := func(what, addr string) (net.Listener, error) {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s listener %s: %w", what, addr, err)
+		}
+		log.Info("listening", "api", what, "addr", l.Addr().String())
+		return l, nil
+	}
+	gl, err := listen("grpc", c.grpcAddr)
+	if err != nil {
+		return err
+	}
+	hl, err := listen("http", c.httpAddr)
+	if err != nil {
+		return err
+	}
+	al, err := listen("admin", c.adminAddr)
+	if err != nil {
+		return err
+	}
+	var gopts []grpc.ServerOption
+	if tlsConf != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	gs := grpc.NewServer(gopts...)
+	health := svc.RegisterGRPC(gs)
+	hs := &http.Server{Handler: svc.HTTPHandler(metrics, ready), TLSConfig: tlsConf, ReadHeaderTimeout: 10 * time.Second}
+	as := &http.Server{Handler: svc.AdminHandler(c.adminToken), ReadHeaderTimeout: 10 * time.Second}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	run := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- err
+			}
+		}()
+	}
+	run(func() error { return gs.Serve(gl) })
+	run(func() error {
+		if tlsConf != nil {
+			return hs.ServeTLS(hl, "", "")
+		}
+		return hs.Serve(hl)
+	})
+	run(func() error { return as.Serve(al) })
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(c.reloadEvery)
+	defer tick.Stop()
+	log.Info("floodgate serving", "store", redactStore(c.store), "rules", c.rulesDir)
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			log.Error("listener failed", "err", err)
+			break loop
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				loader.reload(true)
+				continue
+			}
+			log.Info("draining", "signal", s.String(), "timeout", c.drain)
+			break loop
+		case <-tick.C:
+			loader.reload(false)
+		}
+	}
+
+	// Drain: stop taking requests, finish those in flight, up to the timeout.
+	health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
+	defer cancel()
+	service.Drain(dctx, gs.GracefulStop, gs.Stop)
+	hs.Shutdown(dctx)
+	as.Shutdown(dctx)
+	wg.Wait()
+	for i := len(closeFns) - 1; i >= 0; i-- {
+		if err := closeFns[i](); err != nil {
+			log.Error("close", "err", err)
+		}
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func redactStore(s string) string {
+	if at := strings.LastIndex(s, "@"); at >= 0 {
+		if i := strings.Index(s, "://"); i >= 0 && i < at {
+			return s[:i+3] + "xxxxx" + s[at:]
+		}
+	}
+	return s
+}
+
+func serverTLS(c *serveConfig) (*tls.Config, error) {
+	if c.tlsCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.tlsClientCA != "" {
+		pem, err := os.ReadFile(c.tlsClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-client-ca %s: no certificates in it", c.tlsClientCA)
+		}
+		conf.ClientCAs, conf.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return conf, nil
+}
+
+// ruleLoader loads the rules directory and reloads it when its files
+// change. A file that fails validation is refused: the domain it held
+// keeps its previous rules.
+type ruleLoader struct {
+	dir     string
+	log     *slog.Logger
+	metrics *service.Metrics
+	svc     *service.Service
+	files   map[string]*rules.Domain // by path: the last good version
+	sig     string
+}
+
+func (l *ruleLoader) signature() (string, []string, error) {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return "", nil, err
+	}
+	var b strings.Builder
+	var paths []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(l.dir, n)
+		paths = append(paths, p)
+		fmt.Fprintf(&b, "%s|%d|%d\n", n, info.Size(), info.ModTime().UnixNano())
+	}
+	sort.Strings(paths)
+	return b.String(), paths, nil
+}
+
+// load reads every file; at start, any refused file is an error.
+func (l *ruleLoader) load() (*rules.Config, error) {
+	cfg, refused, err := l.read()
+	if err != nil {
+		return nil, err
+	}
+	if refused > 0 {
+		return nil, fmt.Errorf("rules in %s: %d file(s) refused (see above)", l.dir, refused)
+	}
+	return cfg, nil
+}
+
+func (l *ruleLoader) read() (*rules.Config, int, error) {
+	sig, paths, err := l.signature()
+	if err != nil {
+		return nil, 0, fmt.Errorf("--rules %s: %w", l.dir, err)
+	}
+	next := map[string]*rules.Domain{}
+	refused := 0
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err == nil {
+			var d *rules.Domain
+			if d, err = rules.Parse(p, data); err == nil {
+				next[p] = d
+				continue
+			}
+		}
+		refused++
+		l.log.Error("rules file refused; its previous rules stay live", "file", p, "err", err)
+		if prev := l.files[p]; prev != nil {
+			next[p] = prev
+		}
+	}
+	domains := make([]*rules.Domain, 0, len(next))
+	for _, p := range paths {
+		if d := next[p]; d != nil {
+			domains = append(domains, d)
+		}
+	}
+	cfg, err := rules.NewConfig(domains...)
+	if err != nil {
+		l.metrics.Reload(false, len(l.files))
+		return nil, refused + 1, fmt.Errorf("rules in %s: %w", l.dir, err)
+	}
+	l.files, l.sig = next, sig
+	l.metrics.Reload(refused == 0, len(domains))
+	return cfg, refused, nil
+}
+
+func (l *ruleLoader) reload(force bool) {
+	if !force {
+		if sig, _, err := l.signature(); err == nil && sig == l.sig {
+			return
+		}
+	}
+	cfg, refused, err := l.read()
+	if err != nil {
+		l.log.Error("rules reload refused; the previous rules stay live", "err", err)
+		return
+	}
+	l.svc.SetRules(cfg)
+	l.log.Info("rules reloaded", "dir", l.dir, "refused_files", refused)
+}

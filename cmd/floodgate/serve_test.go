@@ -1,0 +1,469 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "floodgate-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "floodgate")
+	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building floodgate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is one running `floodgate serve`.
+type server struct {
+	cmd                 *exec.Cmd
+	grpc, http, admin   string
+	conn                *grpc.ClientConn
+	client              rlsv3.RateLimitServiceClient
+	logMu               sync.Mutex
+	log                 bytes.Buffer
+	done                chan struct{}
+	exit                error
+}
+
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	args = append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--admin-addr", "127.0.0.1:0", "--log-format", "json", "--reload-interval", "100ms"}, args...)
+	s := &server{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 3)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Bytes()
+			s.logMu.Lock()
+			s.log.Write(line)
+			s.log.WriteByte('\n')
+			s.logMu.Unlock()
+			var m struct{ Msg, API, Addr string }
+			if json.Unmarshal(line, &m) == nil && m.Msg == "listening" {
+				addrs <- [2]string{m.API, m.Addr}
+			}
+		}
+	}()
+	go func() { s.exit = s.cmd.Wait(); close(s.done) }()
+	timeout := time.After(60 * time.Second)
+	for s.grpc == "" || s.http == "" || s.admin == "" {
+		select {
+		case a := <-addrs:
+			switch a[0] {
+			case "grpc":
+				s.grpc = a[1]
+			case "http":
+				s.http = a[1]
+			case "admin":
+				s.admin = a[1]
+			}
+		case <-s.done:
+			t.Fatalf("floodgate serve exited: %v\n%s", s.exit, s.logs())
+		case <-timeout:
+			t.Fatalf("floodgate serve did not listen in time\n%s", s.logs())
+		}
+	}
+	s.conn, err = grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.client = rlsv3.NewRateLimitServiceClient(s.conn)
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+func (s *server) logs() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.log.String()
+}
+
+// stop sends SIGTERM and waits: the server drains and exits 0.
+func (s *server) stop(t *testing.T) {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		if s.exit != nil {
+			t.Errorf("floodgate serve exited with %v after SIGTERM\n%s", s.exit, s.logs())
+		}
+	case <-time.After(20 * time.Second):
+		s.cmd.Process.Kill()
+		t.Errorf("floodgate serve did not stop on SIGTERM\n%s", s.logs())
+	}
+}
+
+func desc(kv ...string) *rlcommon.RateLimitDescriptor {
+	d := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func (s *server) ask(t *testing.T, domain string, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+func writeRules(t *testing.T, dir, name, body string) {
+	t.Helper()
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const apiRules = `domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 50
+  - key: path
+    value: /health
+    rate_limit:
+      unlimited: true
+  - key: remote_address
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit:
+          name: login
+          unit: hour
+          requests_per_unit: 3
+  - key: shadow
+    shadow_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+`
+
+func TestServeExactUnderConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	var ok, over atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				resp := s.ask(t, "api", desc("user", "alice"))
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					ok.Add(1)
+				} else {
+					over.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 50 || over.Load() != 110 {
+		t.Fatalf("admitted %d, denied %d; want exactly 50 and 110", ok.Load(), over.Load())
+	}
+	resp := s.ask(t, "api", desc("user", "bob"))
+	st := resp.Statuses[0]
+	if st.CurrentLimit.GetRequestsPerUnit() != 50 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || st.LimitRemaining != 49 {
+		t.Fatalf("status %v", st)
+	}
+	var names []string
+	for _, h := range resp.ResponseHeadersToAdd {
+		names = append(names, h.Key+": "+h.Value)
+	}
+	joined := strings.Join(names, "\n")
+	if !strings.Contains(joined, "RateLimit-Policy: ") || !strings.Contains(joined, ";q=50;w=3600") || !strings.Contains(joined, "RateLimit: ") || !strings.Contains(joined, ";r=49;") {
+		t.Fatalf("headers:\n%s", joined)
+	}
+}
+
+func TestServeEnvoySemantics(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	for range 5 { // unlimited
+		if r := s.ask(t, "api", desc("path", "/health")); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("unlimited path limited: %v", r)
+		}
+	}
+	for i := range 5 { // nested: remote_address then path; depth must match
+		r := s.ask(t, "api", desc("remote_address", "10.0.0.1", "path", "/login"))
+		if want := i < 3; (r.OverallCode == rlsv3.RateLimitResponse_OK) != want {
+			t.Fatalf("login attempt %d: %v", i, r.OverallCode)
+		}
+		if i == 0 && r.Statuses[0].CurrentLimit.GetName() != "login" {
+			t.Fatalf("current_limit.name = %q, want the rule's name", r.Statuses[0].CurrentLimit.GetName())
+		}
+	}
+	if r := s.ask(t, "api", desc("remote_address", "10.0.0.1")); r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("a shallower descriptor must not match the nested limit: %v", r)
+	}
+	for range 3 { // shadow mode never blocks
+		if r := s.ask(t, "api", desc("shadow", "x")); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("shadow mode blocked: %v", r)
+		}
+	}
+	// Each descriptor counts on its own even when another is over.
+	for range 3 {
+		s.ask(t, "api", desc("user", "carol"), desc("remote_address", "10.0.0.9", "path", "/login"))
+	}
+	r := s.ask(t, "api", desc("user", "carol"), desc("remote_address", "10.0.0.9", "path", "/login"))
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 46 {
+		t.Fatalf("per-descriptor counting: %v", r)
+	}
+}
+
+func TestServeBadRequests(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	ctx := context.Background()
+	huge := make([]*rlcommon.RateLimitDescriptor, 10_000)
+	for i := range huge {
+		huge[i] = desc("user", "x")
+	}
+	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"empty domain":     {Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
+		"no descriptors":   {Domain: "api"},
+		"empty descriptor": {Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{{}}},
+		"huge list":        {Domain: "api", Descriptors: huge},
+		"huge hits":        {Domain: "api", HitsAddend: 4_000_000_000, Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
+	} {
+		_, err := s.client.ShouldRateLimit(ctx, req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: err %v, want InvalidArgument", name, err)
+		}
+	}
+	// Still alive, still right.
+	if r := s.ask(t, "api", desc("user", "dave")); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after bad requests: %v", r)
+	}
+	// HTTP: /json answers 200 or 429 with the same JSON; junk gets 400.
+	post := func(body string) int {
+		resp, err := http.Post("http://"+s.http+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := post(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"erin"}]}]}`); c != 200 {
+		t.Fatalf("/json: %d", c)
+	}
+	if c := post(`{"domain":`); c != 400 {
+		t.Fatalf("/json with junk: %d, want 400", c)
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get("http://" + s.http + p)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v %v", p, resp, err)
+		}
+		resp.Body.Close()
+	}
+}
+
+func TestServeReloadAndRefusedFile(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	if r := s.ask(t, "api", desc("user", "frank")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 50 {
+		t.Fatalf("before reload: %v", r)
+	}
+	writeRules(t, dir, "api.yaml", strings.Replace(apiRules, "requests_per_unit: 50", "requests_per_unit: 7", 1))
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "the new limit", func() bool {
+		return s.ask(t, "api", desc("user", "frank")).Statuses[0].CurrentLimit.GetRequestsPerUnit() == 7
+	})
+	// A broken file is refused; the old rules keep working.
+	writeRules(t, dir, "api.yaml", strings.Replace(apiRules, "unit: hour", "unit: fortnight", 1))
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "the refusal in the log", func() bool { return strings.Contains(s.logs(), "rules file refused") })
+	if r := s.ask(t, "api", desc("user", "frank")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 7 {
+		t.Fatalf("after a broken file: %v", r)
+	}
+	if !strings.Contains(s.logs(), "fortnight") {
+		t.Fatalf("the refusal does not say what was wrong:\n%s", s.logs())
+	}
+}
+
+func TestServeOverridesSurviveRestartAndAdminToken(t *testing.T) {
+	dir, data := t.TempDir(), t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", data, "--admin-token", "s3cret")
+	put := func(token string) int {
+		req, _ := http.NewRequest("PUT", "http://"+s.admin+"/v1/overrides/api/"+overrideKey(t, s), strings.NewReader(`{"limit":2,"period":"1h"}`))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := put(""); c != http.StatusUnauthorized {
+		t.Fatalf("admin without token: %d, want 401", c)
+	}
+	if c := put("wrong"); c != http.StatusUnauthorized {
+		t.Fatalf("admin with a wrong token: %d, want 401", c)
+	}
+	if c := put("s3cret"); c != http.StatusOK {
+		t.Fatalf("admin with the token: %d", c)
+	}
+	check := func(s *server) {
+		t.Helper()
+		waitFor(t, "the override", func() bool {
+			return s.ask(t, "api", desc("user", "241531")).Statuses[0].CurrentLimit.GetRequestsPerUnit() == 2
+		})
+	}
+	check(s)
+	s.stop(t)
+	s2 := startServer(t, "--rules", dir, "--data", data, "--admin-token", "s3cret")
+	check(s2)
+}
+
+// overrideKey asks the admin API what key the service uses for user=241531.
+func overrideKey(t *testing.T, s *server) string {
+	req, _ := http.NewRequest("POST", "http://"+s.admin+"/v1/keys/inspect", strings.NewReader(`{"domain":"api","entries":[{"key":"user","value":"241531"}]}`))
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Key string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Key == "" {
+		t.Fatalf("inspect: %v %+v", err, out)
+	}
+	return out.Key
+}
+
+func TestServeTwoInstancesShareRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	a := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	b := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range []*server{a, b} {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					if s.ask(t, "api", desc("user", "shared")).OverallCode == rlsv3.RateLimitResponse_OK {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if ok.Load() != 50 {
+		t.Fatalf("two instances admitted %d in all, want exactly the limit of 50", ok.Load())
+	}
+}
+
+func TestServeStartsWithNoFlags(t *testing.T) {
+	work := t.TempDir()
+	cmd := exec.Command(binary, "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	cmd.Dir = work
+	var out syncBuffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "serving", func() bool { return strings.Contains(out.String(), "floodgate serving") })
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v\n%s", err, out.String())
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

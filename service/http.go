@@ -1,0 +1,289 @@
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/rules"
+)
+
+// maxBody caps request bodies of the HTTP APIs.
+const maxBody = 1 << 20
+
+// RegisterGRPC registers the rate-limit service, the gRPC health service
+// (SERVING for "" and envoy.service.ratelimit.v3.RateLimitService) and
+// reflection on g. It returns the health server, to mark NOT_SERVING while
+// draining.
+func (s *Service) RegisterGRPC(g *grpc.Server) *health.Server {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	reflection.Register(g)
+	return h
+}
+
+// Readiness says whether the service can decide with its store, and why
+// not (or why degraded).
+type Readiness func() (ready bool, why string)
+
+// HTTPHandler serves POST /json (Envoy's request and response as JSON: 200
+// when OK, 429 when over the limit, as envoyproxy/ratelimit does),
+// GET /healthz, GET /readyz and GET /metrics.
+func (s *Service) HTTPHandler(m *Metrics, ready Readiness) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /json", s.serveJSON)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := true, "ready"
+		if ready != nil {
+			ok, why = ready()
+		}
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		io.WriteString(w, why+"\n")
+	})
+	if m != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		httpError(w, http.StatusRequestEntityTooLarge, "request body: %v", err)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		httpError(w, http.StatusBadRequest, "request: %v", err)
+		return
+	}
+	resp, err := s.decideObserved(r.Context(), &req)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, errBadRequest) {
+			code = http.StatusBadRequest
+		}
+		httpError(w, code, "%v", err)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "response: %v", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	for _, h := range resp.ResponseHeadersToAdd {
+		w.Header().Set(h.Key, h.Value)
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+func httpError(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+// AdminHandler serves the admin API: the overrides, resetting and
+// inspecting a key, and the live rules. With a non-empty token every
+// request must carry "Authorization: Bearer <token>".
+//
+//	GET    /v1/rules
+//	GET    /v1/overrides/{domain}?after=KEY&limit=N
+//	GET    /v1/overrides/{domain}/{key...}
+//	PUT    /v1/overrides/{domain}/{key...}   {"limit":5,"period":"1s","burst":0,"algorithm":"","note":""}
+//	DELETE /v1/overrides/{domain}/{key...}
+//	POST   /v1/keys/reset    {"domain":"d","entries":[{"key":"user","value":"241531"}]}
+//	POST   /v1/keys/inspect  (the same body): the key's state, consuming nothing
+func (s *Service) AdminHandler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
+		cfg := s.rules.Load()
+		if cfg == nil {
+			httpError(w, http.StatusServiceUnavailable, "no rules loaded")
+			return
+		}
+		b, err := cfg.JSON()
+		if err != nil {
+			httpError(w, http.StatusInternalServerError, "%v", err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(b)
+	})
+	mux.HandleFunc("GET /v1/overrides/{domain}", s.adminList)
+	mux.HandleFunc("GET /v1/overrides/{domain}/{key...}", s.adminGet)
+	mux.HandleFunc("PUT /v1/overrides/{domain}/{key...}", s.adminPut)
+	mux.HandleFunc("DELETE /v1/overrides/{domain}/{key...}", s.adminDelete)
+	mux.HandleFunc("POST /v1/keys/reset", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpReset) })
+	mux.HandleFunc("POST /v1/keys/inspect", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpPeek) })
+	if token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
+			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Service) overridesOr503(w http.ResponseWriter) overrides.Store {
+	if s.opts.Overrides == nil {
+		httpError(w, http.StatusServiceUnavailable, "no overrides store configured")
+	}
+	return s.opts.Overrides
+}
+
+func (s *Service) adminList(w http.ResponseWriter, r *http.Request) {
+	st := s.overridesOr503(w)
+	if st == nil {
+		return
+	}
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	if limit <= 0 {
+		limit = 100
+	}
+	list, err := st.List(r.Context(), r.PathValue("domain"), r.URL.Query().Get("after"), limit)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	writeJSON(w, list)
+}
+
+func (s *Service) adminGet(w http.ResponseWriter, r *http.Request) {
+	st := s.overridesOr503(w)
+	if st == nil {
+		return
+	}
+	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), r.PathValue("key"))
+	switch {
+	case err != nil:
+		httpError(w, http.StatusInternalServerError, "%v", err)
+	case !ok:
+		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), r.PathValue("domain"))
+	default:
+		writeJSON(w, o)
+	}
+}
+
+func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
+	st := s.overridesOr503(w)
+	if st == nil {
+		return
+	}
+	var o overrides.Override
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		httpError(w, http.StatusBadRequest, "override: %v", err)
+		return
+	}
+	o.Domain, o.Key, o.Updated = r.PathValue("domain"), r.PathValue("key"), time.Now().UTC()
+	if err := o.Validate(); err != nil {
+		httpError(w, http.StatusBadRequest, "override: %v", err)
+		return
+	}
+	if err := st.Put(r.Context(), o); err != nil {
+		httpError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	writeJSON(w, o)
+}
+
+func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
+	st := s.overridesOr503(w)
+	if st == nil {
+		return
+	}
+	ok, err := st.Delete(r.Context(), r.PathValue("domain"), r.PathValue("key"))
+	switch {
+	case err != nil:
+		httpError(w, http.StatusInternalServerError, "%v", err)
+	case !ok:
+		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), r.PathValue("domain"))
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+type keyRequest struct {
+	Domain  string        `json:"domain"`
+	Entries []rules.Entry `json:"entries"`
+}
+
+func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgate.OpKind) {
+	var kr keyRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&kr); err != nil {
+		httpError(w, http.StatusBadRequest, "body: %v", err)
+		return
+	}
+	cfg := s.rules.Load()
+	if cfg == nil || kr.Domain == "" || len(kr.Entries) == 0 {
+		httpError(w, http.StatusBadRequest, "want a domain and entries")
+		return
+	}
+	m := cfg.Match(kr.Domain, kr.Entries)
+	if m == nil || m.Limit.Policy == nil {
+		httpError(w, http.StatusNotFound, "no limit applies to that descriptor")
+		return
+	}
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: m.Limit.Policy, Key: kr.Domain + "\x00" + m.Key, Kind: kind})
+	if err != nil {
+		httpError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	writeJSON(w, map[string]any{
+		"limit": m.Limit.Name, "key": m.Key, "allowed": d.Allowed, "remaining": d.Remaining,
+		"reset_after": d.ResetAfter.String(), "retry_after": d.RetryAfter.String(), "rule": d.Rule, "degraded": d.Degraded,
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// Drain waits for in-flight work, up to ctx.
+func Drain(ctx context.Context, stop func(), force func()) {
+	done := make(chan struct{})
+	go func() { stop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		force()
+	}
+}

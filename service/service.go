@@ -1,0 +1,561 @@
+// Package service is Floodgate's rate-limit service: Envoy's
+// envoy.service.ratelimit.v3 API over gRPC and HTTP/JSON, on the engine and
+// any store, with rules from package rules and per-key overrides from
+// package overrides.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/rules"
+)
+
+// Bounds on one request, so hostile input costs little.
+const (
+	MaxDescriptors = 64         // descriptors in one request
+	MaxEntries     = 32         // entries in one descriptor
+	MaxEntryBytes  = 1024       // bytes in one key or value
+	MaxHits        = 1_000_000  // hits_addend
+	maxPolicies    = 16 << 10   // policies built for overrides and request limits, cached
+)
+
+// Options configure a Service.
+type Options struct {
+	Store floodgate.Store
+	Clock floodgate.Clock // default clock.Coarse
+	// Overrides holds per-key overrides (may be nil).
+	Overrides overrides.Store
+	// AllowRequestLimits honours a descriptor's own `limit` field. Off by
+	// default: it lets a caller choose its own limit.
+	AllowRequestLimits bool
+	// XRateLimitHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
+	XRateLimitHeaders bool
+	Metrics           *Metrics // may be nil
+	Logger            *slog.Logger
+}
+
+// Service answers ShouldRateLimit. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	opts  Options
+	rules atomic.Pointer[rules.Config]
+
+	mu       sync.Mutex
+	policies map[string]*floodgate.Policy // by override signature
+}
+
+// New returns a service deciding with cfg's rules.
+func New(cfg *rules.Config, opts Options) *Service {
+	if opts.Clock == nil {
+		opts.Clock = clock.Coarse
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Service{opts: opts, policies: map[string]*floodgate.Policy{}}
+	s.rules.Store(cfg)
+	return s
+}
+
+// SetRules swaps the live rules (a reload).
+func (s *Service) SetRules(cfg *rules.Config) { s.rules.Store(cfg) }
+
+// Rules returns the live rules.
+func (s *Service) Rules() *rules.Config { return s.rules.Load() }
+
+// Store returns the service's store.
+func (s *Service) Store() floodgate.Store { return s.opts.Store }
+
+// errBadRequest marks an invalid request.
+var errBadRequest = errors.New("invalid request")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+// ShouldRateLimit implements the gRPC API.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.decideObserved(ctx, req)
+	switch {
+	case errors.Is(err, errBadRequest):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return resp, nil
+}
+
+// decideObserved is Decide, measured.
+func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.Decide(ctx, req)
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.observeRequest(req.GetDomain(), resp, err, time.Since(start))
+	}
+	return resp, err
+}
+
+// a planned descriptor
+type item struct {
+	match    *rules.Match
+	limit    *rules.Limit
+	policy   *floodgate.Policy
+	key      string
+	hits     int64
+	refund   bool
+	replaced bool
+	blocked  bool // requests_per_unit: 0: always over, the store is not asked
+	op       int  // index into ops, or -1
+}
+
+// Decide answers a request; errors wrapping errBadRequest are the caller's.
+func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req == nil || req.Domain == "" {
+		return nil, badRequest("domain must not be empty")
+	}
+	if len(req.Descriptors) == 0 {
+		return nil, badRequest("no descriptors")
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return nil, badRequest("%d descriptors; at most %d", len(req.Descriptors), MaxDescriptors)
+	}
+	hits := int64(req.HitsAddend)
+	if hits == 0 {
+		hits = 1
+	}
+	if hits > MaxHits {
+		return nil, badRequest("hits_addend %d exceeds %d", hits, MaxHits)
+	}
+	cfg := s.rules.Load()
+	items := make([]item, len(req.Descriptors))
+	entries := make([]rules.Entry, 0, 8)
+	replaced := map[string]bool{}
+	for i, d := range req.Descriptors {
+		it := &items[i]
+		it.op = -1
+		if d == nil || len(d.Entries) == 0 {
+			return nil, badRequest("descriptors[%d] has no entries", i)
+		}
+		if len(d.Entries) > MaxEntries {
+			return nil, badRequest("descriptors[%d] has %d entries; at most %d", i, len(d.Entries), MaxEntries)
+		}
+		entries = entries[:0]
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return nil, badRequest("descriptors[%d].entries[%d].key is empty", i, j)
+			}
+			if len(e.Key) > MaxEntryBytes || len(e.Value) > MaxEntryBytes {
+				return nil, badRequest("descriptors[%d].entries[%d] is longer than %d bytes", i, j, MaxEntryBytes)
+			}
+			entries = append(entries, rules.Entry{Key: e.Key, Value: e.Value})
+		}
+		it.hits = hits
+		if d.HitsAddend != nil {
+			if d.HitsAddend.Value > MaxHits {
+				return nil, badRequest("descriptors[%d].hits_addend %d exceeds %d", i, d.HitsAddend.Value, MaxHits)
+			}
+			it.hits = int64(d.HitsAddend.Value) // 0 checks without consuming
+		}
+		it.refund = d.IsNegativeHits
+		if cfg != nil {
+			it.match = cfg.Match(req.Domain, entries)
+		}
+		if it.match != nil {
+			it.limit = it.match.Limit
+			it.key = it.match.Key
+			for _, r := range it.limit.Replaces {
+				replaced[r] = true
+			}
+			it.blocked = it.limit.Blocked
+		}
+		if d.Limit != nil && s.opts.AllowRequestLimits {
+			p, err := s.requestPolicy(d.Limit)
+			if err != nil {
+				return nil, badRequest("descriptors[%d].limit: %v", i, err)
+			}
+			if it.key == "" {
+				it.key = entryKey(entries)
+			}
+			if it.limit == nil {
+				it.limit = &rules.Limit{Name: p.Rules()[0].Name}
+			}
+			it.policy = p
+		}
+	}
+
+	// Plan the store operations: one per limited descriptor, all in one
+	// batch (one round trip of store latency).
+	ops := make([]floodgate.Op, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		if it.limit == nil || it.limit.Unlimited && it.policy == nil {
+			continue
+		}
+		// As envoyproxy/ratelimit: only a limit with a name given in the
+		// file can be replaced.
+		if it.limit.NameGiven && replaced[it.limit.Name] && it.policy == nil {
+			it.replaced = true
+			continue
+		}
+		if it.blocked && it.policy == nil {
+			continue
+		}
+		p := it.policy
+		if p == nil {
+			p = it.limit.Policy
+			if s.opts.Overrides != nil {
+				if o, ok, err := s.opts.Overrides.Get(ctx, req.Domain, it.key); err != nil {
+					s.opts.Logger.Warn("overrides: lookup failed; using the rule", "domain", req.Domain, "key", it.key, "err", err)
+				} else if ok {
+					if op, err := s.overridePolicy(req.Domain, it.limit, o); err == nil {
+						p = op
+					}
+				}
+			}
+		}
+		if p == nil {
+			continue
+		}
+		it.policy = p
+		kind, cost := floodgate.OpAllow, it.hits
+		switch {
+		case it.refund:
+			kind = floodgate.OpRefund
+		case cost == 0:
+			kind = floodgate.OpPeek
+		}
+		it.op = len(ops)
+		ops = append(ops, floodgate.Op{Policy: p, Key: req.Domain + "\x00" + it.key, Kind: kind, Cost: cost})
+	}
+	decisions := make([]floodgate.Decision, len(ops))
+	if len(ops) > 0 {
+		if err := s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), ops, decisions); err != nil {
+			return nil, err
+		}
+	}
+
+	// All or nothing across descriptors, where the domain opts in.
+	if dom := cfg.Domain(req.Domain); dom != nil && dom.AllOrNothing {
+		denied := false
+		for i := range items {
+			if it := &items[i]; it.op >= 0 && !decisions[it.op].Allowed && !it.limit.ShadowMode {
+				denied = true
+			}
+		}
+		if denied {
+			var refunds []floodgate.Op
+			for i := range items {
+				it := &items[i]
+				if it.op >= 0 && decisions[it.op].Allowed && ops[it.op].Kind == floodgate.OpAllow {
+					refunds = append(refunds, floodgate.Op{Policy: ops[it.op].Policy, Key: ops[it.op].Key, Kind: floodgate.OpRefund, Cost: ops[it.op].Cost})
+				}
+			}
+			if len(refunds) > 0 {
+				s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort compensation
+			}
+		}
+	}
+
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+	var hdr headerState
+	for i := range items {
+		it := &items[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if it.blocked && it.op < 0 && !it.replaced {
+			st.CurrentLimit = currentLimit(it, &floodgate.Decision{})
+			if !it.limit.ShadowMode {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+			continue
+		}
+		if it.op < 0 {
+			continue
+		}
+		d := decisions[it.op]
+		st.CurrentLimit = currentLimit(it, &d)
+		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		wait := d.ResetAfter
+		if !d.Allowed {
+			wait = d.RetryAfter
+		}
+		st.DurationUntilReset = durationpb.New(wait)
+		over := !d.Allowed
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, &d)
+		}
+		if over && it.limit.ShadowMode {
+			over = false // counted and logged, never blocking
+		}
+		if over {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		hdr.add(it, &d, over)
+	}
+	resp.ResponseHeadersToAdd = hdr.headers(s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	return resp, nil
+}
+
+// entryKey is the store key for a descriptor no rule matched (a request's
+// own limit).
+func entryKey(es []rules.Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(strconv.Quote(e.Key))
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(e.Value))
+	}
+	return b.String()
+}
+
+var unitNames = map[typev3.RateLimitUnit]time.Duration{
+	typev3.RateLimitUnit_SECOND: time.Second,
+	typev3.RateLimitUnit_MINUTE: time.Minute,
+	typev3.RateLimitUnit_HOUR:   time.Hour,
+	typev3.RateLimitUnit_DAY:    24 * time.Hour,
+	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour,
+	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
+}
+
+// requestPolicy builds (and caches) the policy of a descriptor's own limit.
+func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverride) (*floodgate.Policy, error) {
+	w, ok := unitNames[l.Unit]
+	if !ok {
+		return nil, fmt.Errorf("unit %v", l.Unit)
+	}
+	if l.RequestsPerUnit == 0 {
+		return nil, errors.New("requests_per_unit must be positive")
+	}
+	if l.UnitMultiplier != nil && l.UnitMultiplier.Value > 1 {
+		w *= time.Duration(l.UnitMultiplier.Value)
+	}
+	sig := fmt.Sprintf("request|%d|%d", l.RequestsPerUnit, w)
+	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
+		return floodgate.NewPolicy(sig, floodgate.Rule{Name: fmt.Sprintf("%d/%s", l.RequestsPerUnit, w), Algorithm: floodgate.FixedWindow, Limit: int64(l.RequestsPerUnit), Period: w})
+	})
+}
+
+// overridePolicy builds (and caches) the policy of a per-key override: the
+// matched limit's first rule with the override's numbers.
+func (s *Service) overridePolicy(domain string, l *rules.Limit, o overrides.Override) (*floodgate.Policy, error) {
+	if l.Policy == nil {
+		return nil, errors.New("unlimited")
+	}
+	base := l.Policy.Rules()[0]
+	sig := fmt.Sprintf("override|%s|%s|%d|%d|%d|%s", l.Policy.Name(), domain, o.Limit, o.Period, o.Burst, o.Algorithm)
+	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
+		r := base
+		r.Name, r.Limit, r.Period, r.Burst = "override", o.Limit, o.Period, o.Burst
+		r.Calendar, r.Granularity = "", 0
+		if o.Algorithm != "" {
+			r.Algorithm = o.Algorithm
+		}
+		if r.Algorithm == floodgate.SlidingSubwindow {
+			r.Algorithm = floodgate.SlidingWindow
+		}
+		if r.Refill != "" && r.Algorithm != floodgate.TokenBucket {
+			r.Refill = ""
+		}
+		return floodgate.NewPolicy(sig, r)
+	})
+}
+
+func (s *Service) cachedPolicy(sig string, build func() (*floodgate.Policy, error)) (*floodgate.Policy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.policies[sig]; ok {
+		return p, nil
+	}
+	p, err := build()
+	if err != nil {
+		return nil, err
+	}
+	if len(s.policies) >= maxPolicies {
+		clear(s.policies)
+	}
+	s.policies[sig] = p
+	return p, nil
+}
+
+var envoyUnits = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+	"second": rlsv3.RateLimitResponse_RateLimit_SECOND, "minute": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	"hour": rlsv3.RateLimitResponse_RateLimit_HOUR, "day": rlsv3.RateLimitResponse_RateLimit_DAY,
+	"week": rlsv3.RateLimitResponse_RateLimit_WEEK, "month": rlsv3.RateLimitResponse_RateLimit_MONTH,
+	"year": rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// currentLimit reports the limit as Envoy's API can: the rule's name (as
+// given in the file; Envoy leaves it empty otherwise), requests per unit,
+// and the unit with its multiplier when the window is one (90 s is 90 ×
+// SECOND; a calendar window has no unit: the headers carry it).
+func currentLimit(it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_RateLimit {
+	cl := &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: uint32(min(max(d.Limit, 0), math.MaxUint32))}
+	l := it.limit
+	if l == nil {
+		return cl
+	}
+	if l.NameGiven {
+		cl.Name = l.Name
+	}
+	if it.policy != l.Policy && it.policy != nil {
+		// an override or a request's own limit: its own window
+		w := policyWindow(it.policy)
+		for _, u := range []struct {
+			name string
+			d    time.Duration
+		}{{"day", 24 * time.Hour}, {"hour", time.Hour}, {"minute", time.Minute}, {"second", time.Second}} {
+			if w >= u.d && w%u.d == 0 {
+				cl.Unit = envoyUnits[u.name]
+				if n := w / u.d; n > 1 {
+					cl.UnitMultiplier = wrapperspb.UInt32(uint32(n))
+				}
+				break
+			}
+		}
+		return cl
+	}
+	if l.Blocked {
+		cl.RequestsPerUnit = 0
+	}
+	if l.MultipliedUnit != "" {
+		cl.Unit = envoyUnits[l.MultipliedUnit]
+		if l.UnitMultiplier > 1 {
+			cl.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+		}
+	}
+	return cl
+}
+
+// headerState gathers what the response headers say: the deciding limit
+// (the one that denies with the longest wait, else the one with the fewest
+// remaining) and every limit's policy.
+type headerState struct {
+	policies []string
+	best     *floodgate.Decision
+	bestOver bool
+	name     string
+	window   time.Duration
+}
+
+func (h *headerState) add(it *item, d *floodgate.Decision, over bool) {
+	w := policyWindow(it.policy)
+	name := d.Rule
+	if it.limit != nil && it.limit.Name != "" {
+		name = it.limit.Name
+	}
+	h.policies = append(h.policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(name), d.Limit, max(1, int64(w/time.Second))))
+	better := h.best == nil
+	if !better {
+		switch {
+		case over && !h.bestOver:
+			better = true
+		case over && h.bestOver:
+			better = d.RetryAfter > h.best.RetryAfter
+		case !over && !h.bestOver:
+			better = d.Remaining < h.best.Remaining
+		}
+	}
+	if better {
+		h.best, h.bestOver, h.name, h.window = d, over, name, w
+	}
+}
+
+func policyWindow(p *floodgate.Policy) time.Duration {
+	if p == nil {
+		return 0
+	}
+	r := p.Rules()[0]
+	switch r.Calendar {
+	case floodgate.CalendarDay:
+		return 24 * time.Hour
+	case floodgate.CalendarWeek:
+		return 7 * 24 * time.Hour
+	case floodgate.CalendarMonth:
+		return 30 * 24 * time.Hour
+	}
+	return r.Period
+}
+
+// headers renders RateLimit-Policy and RateLimit per
+// draft-ietf-httpapi-ratelimit-headers-11 (structured fields: a quoted
+// policy name with q (quota), w (window, seconds); r (remaining), t
+// (seconds until reset)), Retry-After when over, and X-RateLimit-* if asked.
+func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
+	if h.best == nil {
+		return nil
+	}
+	d := h.best
+	reset := d.ResetAfter
+	if h.bestOver {
+		reset = d.RetryAfter
+	}
+	secs := ceilSeconds(reset)
+	out := []*corev3.HeaderValue{
+		{Key: "RateLimit-Policy", Value: strings.Join(h.policies, ", ")},
+		{Key: "RateLimit", Value: fmt.Sprintf("%s;r=%d;t=%d", sfString(h.name), max(d.Remaining, 0), secs)},
+	}
+	if over {
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(secs, 1), 10)})
+	}
+	if legacy {
+		out = append(out,
+			&corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(d.Limit, 10)},
+			&corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatInt(max(d.Remaining, 0), 10)},
+			&corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(secs, 10)})
+	}
+	return out
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// sfString renders s as a structured-field string (RFC 8941): printable
+// ASCII, quotes and backslashes escaped; anything else replaced.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s) && i < 256; i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
