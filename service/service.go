@@ -33,11 +33,11 @@ import (
 
 // Bounds on one request, so hostile input costs little.
 const (
-	MaxDescriptors = 64         // descriptors in one request
-	MaxEntries     = 32         // entries in one descriptor
-	MaxEntryBytes  = 1024       // bytes in one key or value
-	MaxHits        = 1_000_000  // hits_addend
-	maxPolicies    = 16 << 10   // policies built for overrides and request limits, cached
+	MaxDescriptors = 64        // descriptors in one request
+	MaxEntries     = 32        // entries in one descriptor
+	MaxEntryBytes  = 1024      // bytes in one key or value
+	MaxHits        = 1_000_000 // hits_addend
+	maxPolicies    = 16 << 10  // policies built for overrides and request limits, cached
 )
 
 // Options configure a Service.

@@ -171,10 +171,10 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 
 	// The store, and where overrides live.
 	var (
-		store     floodgate.Store
-		ovr       overrides.Store
-		ready     service.Readiness
-		closeFns  []func() error
+		store    floodgate.Store
+		ovr      overrides.Store
+		ready    service.Readiness
+		closeFns []func() error
 	)
 	if c.store == "memory" || c.store == "" {
 		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, "memstore.snapshot"), Logger: log})

@@ -47,14 +47,14 @@ func TestMain(m *testing.M) {
 
 // server is one running `floodgate serve`.
 type server struct {
-	cmd                 *exec.Cmd
-	grpc, http, admin   string
-	conn                *grpc.ClientConn
-	client              rlsv3.RateLimitServiceClient
-	logMu               sync.Mutex
-	log                 bytes.Buffer
-	done                chan struct{}
-	exit                error
+	cmd               *exec.Cmd
+	grpc, http, admin string
+	conn              *grpc.ClientConn
+	client            rlsv3.RateLimitServiceClient
+	logMu             sync.Mutex
+	log               bytes.Buffer
+	done              chan struct{}
+	exit              error
 }
 
 func startServer(t *testing.T, args ...string) *server {
