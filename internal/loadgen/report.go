@@ -169,8 +169,12 @@ func (res *Result) WriteText(w io.Writer) error {
 	if res.Interrupted {
 		b.WriteString(" (interrupted)")
 	}
-	fmt.Fprintf(&b, "\ndomain %q, descriptors %s, %d key%s, hits %d\n\n",
-		res.Domain, strings.Join(res.Descriptors, " | "), res.Keys, plural(res.Keys), res.Hits)
+	hits := "hits_addend unset"
+	if res.Hits > 0 {
+		hits = fmt.Sprintf("hits %d", res.Hits)
+	}
+	fmt.Fprintf(&b, "\ndomain %q, descriptors %s, %d key%s, %s\n\n",
+		res.Domain, strings.Join(res.Descriptors, " | "), res.Keys, plural(res.Keys), hits)
 
 	fmt.Fprintf(&b, "requests     %s  (%s/s)\n", num(float64(res.Requests)), num(res.RPS))
 	fmt.Fprintf(&b, "  ok         %s\n", num(float64(res.OK)))
