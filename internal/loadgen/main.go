@@ -97,7 +97,7 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "per-request deadline")
 	fs.DurationVar(&c.LateThreshold, "late", defaultLate, "open loop: a request sent later than this after its intended time counts as late")
 	fs.StringVar(&c.Domain, "domain", "bench", "rate limit domain")
-	fs.Var(descriptorFlag{&c.Descriptors}, "descriptor", "`key=value[,key2=value2]`: one descriptor of every request; repeatable (default generic_key=bench)")
+	fs.Var(descriptorFlag{&c.Descriptors}, "descriptor", "one descriptor `key=value[,key2=value2]` of every request; repeatable (default generic_key=bench)")
 	fs.IntVar(&c.Keys, "keys", 1, "distinct keys: the last entry of each descriptor gets a suffix 0..N-1 drawn uniformly per request (1: one hot key, no suffix)")
 	hits := fs.Uint64("hits", 1, "hits_addend of every request (0 leaves it unset)")
 	fs.BoolVar(&c.TLS.Enabled, "tls", false, "use TLS (implied by the other --tls-* flags)")
