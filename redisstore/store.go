@@ -109,6 +109,9 @@ func New(rawURL string, opts Options) (*Store, error) {
 	}
 	co.ConnWriteTimeout = max(opts.Timeout*4, time.Second)
 	co.DisableCache = true
+	// Wait up to 20µs to gather more commands into one write: fewer system
+	// calls per decision under load, for a few microseconds of latency.
+	co.MaxFlushDelay = 20 * time.Microsecond
 	c, err := rueidis.NewClient(co)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: connect %s: %w", redact(rawURL), err)
@@ -362,6 +365,14 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 		for i := range ops {
 			out[i] = s.degrade(ctx, now, &ops[i], nil)
 		}
+		return nil
+	}
+	if len(ops) == 1 { // one key: a plain call
+		d, err := s.Do(ctx, now, ops[0])
+		if err != nil {
+			return err
+		}
+		out[0] = d
 		return nil
 	}
 	s.calls.Add(int64(len(ops)))

@@ -28,6 +28,44 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	values map[string]map[string]bool // rule → values reported on their own
+
+	// Children of the vectors, looked up once: WithLabelValues hashes its
+	// labels on every call.
+	counters   sync.Map // counterKey → prometheus.Counter
+	histograms sync.Map // domain → prometheus.Observer
+}
+
+type counterKey struct {
+	vec     *prometheus.CounterVec
+	a, b, c string
+}
+
+// maxChildren bounds the cached children (label values come from
+// configuration, but a domain is whatever a caller sends).
+const maxChildren = 1 << 16
+
+func (m *Metrics) counter(vec *prometheus.CounterVec, a, b, c string) prometheus.Counter {
+	k := counterKey{vec, a, b, c}
+	if v, ok := m.counters.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	var ctr prometheus.Counter
+	if c == "" && vec == m.requests {
+		ctr = vec.WithLabelValues(a, b)
+	} else {
+		ctr = vec.WithLabelValues(a, b, c)
+	}
+	m.counters.Store(k, ctr)
+	return ctr
+}
+
+func (m *Metrics) histogram(domain string) prometheus.Observer {
+	if v, ok := m.histograms.Load(domain); ok {
+		return v.(prometheus.Observer)
+	}
+	h := m.latency.WithLabelValues(domain)
+	m.histograms.Store(domain, h)
+	return h
 }
 
 // NewMetrics registers the metrics in a registry of their own (with the Go
@@ -86,9 +124,9 @@ func (m *Metrics) observeRequest(domain string, resp *rlsv3.RateLimitResponse, e
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		code = "over_limit"
 	}
-	m.requests.WithLabelValues(domain, code).Inc()
+	m.counter(m.requests, domain, code, "").Inc()
 	if err == nil {
-		m.latency.WithLabelValues(domain).Observe(took.Seconds())
+		m.histogram(domain).Observe(took.Seconds())
 	}
 }
 
@@ -103,7 +141,7 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, key string, d *
 	if d.Degraded {
 		outcome = "degraded_" + outcome
 	}
-	m.decisions.WithLabelValues(domain, l.Name, outcome).Inc()
+	m.counter(m.decisions, domain, l.Name, outcome).Inc()
 	if !l.DetailedMetric {
 		return
 	}

@@ -111,7 +111,11 @@ func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitReques
 	start := time.Now()
 	resp, err := s.Decide(ctx, req)
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.observeRequest(req.GetDomain(), resp, err, time.Since(start))
+		domain := req.GetDomain()
+		if cfg := s.rules.Load(); cfg == nil || cfg.Domain(domain) == nil {
+			domain = "_unknown" // callers choose domains: no series per garbage
+		}
+		s.opts.Metrics.observeRequest(domain, resp, err, time.Since(start))
 	}
 	return resp, err
 }
@@ -150,7 +154,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	cfg := s.rules.Load()
 	items := make([]item, len(req.Descriptors))
 	entries := make([]rules.Entry, 0, 8)
-	replaced := map[string]bool{}
+	var replaced map[string]bool
 	for i, d := range req.Descriptors {
 		it := &items[i]
 		it.op = -1
@@ -185,6 +189,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			it.limit = it.match.Limit
 			it.key = it.match.Key
 			for _, r := range it.limit.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[r] = true
 			}
 			it.blocked = it.limit.Blocked
@@ -463,13 +470,47 @@ type headerState struct {
 	window   time.Duration
 }
 
-func (h *headerState) add(it *item, d *floodgate.Decision, over bool) {
+// policyHeader is a limit's RateLimit-Policy item and window, computed once
+// per (limit, policy).
+type policyHeader struct {
+	item, name string
+	window     time.Duration
+}
+
+var (
+	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
+	policyHeaderCount atomic.Int64
+)
+
+type policyHeaderKey struct {
+	limit  *rules.Limit
+	policy *floodgate.Policy
+}
+
+func headerFor(it *item, d *floodgate.Decision) *policyHeader {
+	k := policyHeaderKey{it.limit, it.policy}
+	if v, ok := policyHeaders.Load(k); ok {
+		return v.(*policyHeader)
+	}
 	w := policyWindow(it.policy)
 	name := d.Rule
 	if it.limit != nil && it.limit.Name != "" {
 		name = it.limit.Name
 	}
-	h.policies = append(h.policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(name), d.Limit, max(1, int64(w/time.Second))))
+	ph := &policyHeader{name: sfString(name), window: w}
+	ph.item = ph.name + ";q=" + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(max(1, int64(w/time.Second)), 10)
+	if policyHeaderCount.Add(1) > maxPolicies {
+		policyHeaders.Clear() // old rule versions and overrides: start over
+		policyHeaderCount.Store(1)
+	}
+	v, _ := policyHeaders.LoadOrStore(k, ph)
+	return v.(*policyHeader)
+}
+
+func (h *headerState) add(it *item, d *floodgate.Decision, over bool) {
+	ph := headerFor(it, d)
+	w, name := ph.window, ph.name
+	h.policies = append(h.policies, ph.item)
 	better := h.best == nil
 	if !better {
 		switch {
@@ -516,9 +557,13 @@ func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
 		reset = d.RetryAfter
 	}
 	secs := ceilSeconds(reset)
+	policy := h.policies[0]
+	if len(h.policies) > 1 {
+		policy = strings.Join(h.policies, ", ")
+	}
 	out := []*corev3.HeaderValue{
-		{Key: "RateLimit-Policy", Value: strings.Join(h.policies, ", ")},
-		{Key: "RateLimit", Value: fmt.Sprintf("%s;r=%d;t=%d", sfString(h.name), max(d.Remaining, 0), secs)},
+		{Key: "RateLimit-Policy", Value: policy},
+		{Key: "RateLimit", Value: h.name + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10) + ";t=" + strconv.FormatInt(secs, 10)},
 	}
 	if over {
 		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(secs, 1), 10)})

@@ -240,7 +240,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var gopts []grpc.ServerOption
+	gopts := service.GRPCOptions()
 	if tlsConf != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}

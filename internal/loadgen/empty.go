@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"github.com/floodgate/floodgate/service"
+
 	"context"
 	"net"
 
@@ -26,11 +28,11 @@ func (emptyHandler) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*
 // EmptyServer starts serving, on lis, a RateLimitService whose
 // ShouldRateLimit returns OK immediately and does no work, and returns the
 // server; Serve runs in its own goroutine until the caller calls Stop or
-// GracefulStop (which also closes lis). The server is a plain
-// grpc.NewServer() with default options, the same stack the real service
-// uses, so the two can be compared request for request.
+// GracefulStop (which also closes lis). The server has the options the real
+// service uses (service.GRPCOptions), so the two can be compared request for
+// request.
 func EmptyServer(lis net.Listener) *grpc.Server {
-	return serveHandler(lis, emptyHandler{})
+	return serveHandler(lis, emptyHandler{}, service.GRPCOptions()...)
 }
 
 // serveHandler serves h on lis in a new goroutine.
