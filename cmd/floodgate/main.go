@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	_ "time/tzdata" // rule files name time zones; the binary carries the zone database
 
 	"github.com/floodgate/floodgate/internal/loadgen"
 )
