@@ -62,7 +62,7 @@ func TestTLS(t *testing.T) {
 		{"missing ca", TLSConfig{Enabled: true, CAFile: filepath.Join(dir, "nope.pem")}, "TLS: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := Run(context.Background(), Config{Addr: addr, Concurrency: 2, Duration: 100 * time.Millisecond, Timeout: 500 * time.Millisecond, TLS: tc.tls})
+			res, err := Run(context.Background(), Config{Addr: addr, Concurrency: 2, Duration: 100 * time.Millisecond, Timeout: 250 * time.Millisecond, TLS: tc.tls})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("got %v, want %q", err, tc.err)
