@@ -1,0 +1,238 @@
+package service_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/rules"
+	"github.com/floodgate/floodgate/service"
+)
+
+const testRules = `domain: t
+all_or_nothing: false
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+  - key: blocked
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+  - key: a
+    rate_limit:
+      name: narrow
+      unit: minute
+      requests_per_unit: 2
+  - key: b
+    rate_limit:
+      name: wide
+      unit: minute
+      requests_per_unit: 100
+      replaces:
+        - name: narrow
+  - key: win
+    rate_limit:
+      unit: second
+      unit_multiplier: 90
+      requests_per_unit: 10
+`
+
+const aonRules = `domain: aon
+all_or_nothing: true
+descriptors:
+  - key: ip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+`
+
+type env struct {
+	svc *service.Service
+	clk *clock.Manual
+	ovr overrides.Store
+}
+
+func newEnv(t *testing.T, opts service.Options, files ...string) *env {
+	t.Helper()
+	var ds []*rules.Domain
+	for i, f := range files {
+		d, err := rules.Parse("test"+string(rune('0'+i))+".yaml", []byte(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	cfg, err := rules.NewConfig(ds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewManual(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	st := memstore.MustNew(memstore.Options{SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	opts.Store, opts.Clock = st, clk
+	return &env{svc: service.New(cfg, opts), clk: clk, ovr: opts.Overrides}
+}
+
+func d(kv ...string) *rlcommon.RateLimitDescriptor {
+	out := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out.Entries = append(out.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+func (e *env) ask(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := e.svc.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func header(resp *rlsv3.RateLimitResponse, name string) string {
+	for _, h := range resp.ResponseHeadersToAdd {
+		if h.Key == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+func TestHitsPeekAndRefund(t *testing.T) {
+	e := newEnv(t, service.Options{}, testRules)
+	req := func(hits uint32, dd *rlcommon.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "t", HitsAddend: hits, Descriptors: []*rlcommon.RateLimitDescriptor{dd}}
+	}
+	if r := e.ask(t, req(3, d("user", "u"))); r.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("hits_addend 3: %v", r.Statuses[0])
+	}
+	peek := d("user", "u")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	if r := e.ask(t, req(0, peek)); r.Statuses[0].LimitRemaining != 2 || r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("descriptor hits_addend 0 must check without consuming: %v", r.Statuses[0])
+	}
+	refund := d("user", "u")
+	refund.HitsAddend, refund.IsNegativeHits = wrapperspb.UInt64(2), true
+	if r := e.ask(t, req(0, refund)); r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("is_negative_hits must give back: %v", r.Statuses[0])
+	}
+	over := e.ask(t, req(5, d("user", "u")))
+	if over.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || header(over, "Retry-After") == "" {
+		t.Fatalf("over the limit: %v", over)
+	}
+	if got := header(over, "RateLimit"); !strings.Contains(got, ";r=4;") {
+		t.Fatalf("RateLimit header %q", got)
+	}
+}
+
+func TestBlockedReplacedAndMultiplier(t *testing.T) {
+	e := newEnv(t, service.Options{XRateLimitHeaders: true}, testRules)
+	r := e.ask(t, &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{d("blocked", "x")}})
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 0 {
+		t.Fatalf("requests_per_unit 0 must block: %v", r)
+	}
+	// "wide" replaces "narrow": three requests pass though narrow allows 2.
+	for i := range 3 {
+		r := e.ask(t, &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{d("a", "1"), d("b", "1")}})
+		if r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: the replaced limit still applied: %v", i, r)
+		}
+		if i == 0 && r.Statuses[1].CurrentLimit.GetName() != "wide" {
+			t.Fatalf("current_limit.name %q", r.Statuses[1].CurrentLimit.GetName())
+		}
+	}
+	r = e.ask(t, &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{d("win", "1")}})
+	cl := r.Statuses[0].CurrentLimit
+	if cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND && cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+		t.Fatalf("90 s window: unit %v", cl.GetUnit())
+	}
+	if header(r, "X-RateLimit-Limit") != "10" || header(r, "X-RateLimit-Remaining") != "9" {
+		t.Fatalf("X-RateLimit headers: %v", r.ResponseHeadersToAdd)
+	}
+	if got := header(r, "RateLimit-Policy"); !strings.Contains(got, ";q=10;w=90") {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+}
+
+func TestAllOrNothingAcrossDescriptors(t *testing.T) {
+	e := newEnv(t, service.Options{}, aonRules)
+	req := &rlsv3.RateLimitRequest{Domain: "aon", Descriptors: []*rlcommon.RateLimitDescriptor{d("ip", "1.2.3.4"), d("user", "u")}}
+	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	for range 3 {
+		if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatal(r)
+		}
+	}
+	// The three denied requests consumed nothing from the IP.
+	peek := d("ip", "1.2.3.4")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	r := e.ask(t, &rlsv3.RateLimitRequest{Domain: "aon", Descriptors: []*rlcommon.RateLimitDescriptor{peek}})
+	if r.Statuses[0].LimitRemaining != 9 {
+		t.Fatalf("IP remaining %d, want 9", r.Statuses[0].LimitRemaining)
+	}
+}
+
+func TestRequestLimitsOnlyWhenAllowed(t *testing.T) {
+	own := d("user", "v")
+	own.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	req := &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{own}}
+	off := newEnv(t, service.Options{}, testRules)
+	off.ask(t, req)
+	if r := off.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a descriptor's own limit honoured without --allow-request-limits: %v", r)
+	}
+	on := newEnv(t, service.Options{AllowRequestLimits: true}, testRules)
+	on.ask(t, req)
+	if r := on.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the descriptor's own limit of 1/hour was not applied: %v", r)
+	}
+}
+
+func TestOverridesReplaceTheRule(t *testing.T) {
+	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := overrides.NewCache(b, 1024, 0)
+	t.Cleanup(func() { cache.Close() })
+	e := newEnv(t, service.Options{Overrides: cache}, testRules)
+	cfg := e.svc.Rules()
+	m := cfg.Match("t", []rules.Entry{{Key: "user", Value: "241531"}})
+	if err := cache.Put(context.Background(), overrides.Override{Domain: "t", Key: m.Key, Limit: 1, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{d("user", "241531")}}
+	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Fatalf("override: %v", r)
+	}
+	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second request under a 1/s override: %v", r)
+	}
+	e.clk.Advance(time.Second)
+	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after a second: %v", r)
+	}
+	// Other users keep the rule's 5/minute.
+	other := &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{d("user", "7")}}
+	if r := e.ask(t, other); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+		t.Fatalf("no override: %v", r)
+	}
+}
