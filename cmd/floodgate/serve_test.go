@@ -59,6 +59,19 @@ type server struct {
 
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
+	s := startServerNoClient(t, args...)
+	var err error
+	s.conn, err = grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.client = rlsv3.NewRateLimitServiceClient(s.conn)
+	return s
+}
+
+// startServerNoClient starts `floodgate serve` and learns its addresses.
+func startServerNoClient(t *testing.T, args ...string) *server {
+	t.Helper()
 	args = append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--admin-addr", "127.0.0.1:0", "--log-format", "json", "--reload-interval", "100ms"}, args...)
 	s := &server{cmd: exec.Command(binary, args...), done: make(chan struct{})}
@@ -103,11 +116,6 @@ func startServer(t *testing.T, args ...string) *server {
 			t.Fatalf("floodgate serve did not listen in time\n%s", s.logs())
 		}
 	}
-	s.conn, err = grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.client = rlsv3.NewRateLimitServiceClient(s.conn)
 	t.Cleanup(func() { s.stop(t) })
 	return s
 }

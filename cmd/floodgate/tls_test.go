@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// pki makes a CA and a certificate it signs for 127.0.0.1 (server or
+// client), written as PEM files in dir.
+type pki struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPath string
+}
+
+func newPKI(t *testing.T) *pki {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	p := &pki{dir: t.TempDir(), ca: ca, caKey: key}
+	p.caPath = filepath.Join(p.dir, "ca.pem")
+	os.WriteFile(p.caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	return p
+}
+
+func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certPath, keyPath string) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certPath, keyPath = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
+	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certPath, keyPath
+}
+
+// TLS with required client certificates on both the gRPC and HTTP
+// listeners: a client with a certificate from the CA gets answers; one
+// without is refused.
+func TestServeMutualTLS(t *testing.T) {
+	p := newPKI(t)
+	cert, key := p.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	ccert, ckey := p.issue(t, "client", x509.ExtKeyUsageClientAuth)
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", p.caPath)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	pair, err := tls.LoadX509KeyPair(ccert, ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
+	noCert := &tls.Config{RootCAs: pool}
+
+	call := func(conf *tls.Config) error {
+		conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api",
+			Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "tls")}})
+		return err
+	}
+	if err := call(good); err != nil {
+		t.Fatalf("gRPC with a client certificate: %v", err)
+	}
+	if err := call(noCert); err == nil {
+		t.Fatal("gRPC without a client certificate was answered")
+	}
+	get := func(conf *tls.Config) error {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
+		resp, err := c.Get("https://" + s.http + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get(good); err != nil {
+		t.Fatalf("HTTPS with a client certificate: %v", err)
+	}
+	if err := get(noCert); err == nil {
+		t.Fatal("HTTPS without a client certificate was answered")
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	var out, errb bytes.Buffer
+	code := run([]string{"check", "--addr", s.grpc, "--domain", "api", "--descriptor", "remote_address=10.1.1.1,path=/login"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), `"overallCode": "OK"`) || !strings.Contains(out.String(), `"name": "login"`) {
+		t.Fatalf("check: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	for range 3 {
+		out.Reset()
+		code = run([]string{"check", "--addr", s.grpc, "--domain", "api", "--descriptor", "remote_address=10.1.1.1,path=/login"}, &out, &errb)
+	}
+	if code != 3 || !strings.Contains(out.String(), "OVER_LIMIT") {
+		t.Fatalf("check over the limit: exit %d, want 3\n%s", code, out.String())
+	}
+	if code := run([]string{"check", "--domain", "api"}, &out, &errb); code != 2 {
+		t.Fatalf("check without a descriptor: exit %d, want 2", code)
+	}
+}
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "good.yaml", apiRules)
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", dir}, &out, &errb); code != 0 {
+		t.Fatalf("validate good rules: exit %d\n%s", code, errb.String())
+	}
+	writeRules(t, dir, "bad.yaml", "domain: other\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
+	errb.Reset()
+	if code := run([]string{"validate", dir}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "bad.yaml:5") || !strings.Contains(errb.String(), "fortnight") {
+		t.Fatalf("validate a bad file: exit %d, want 1 naming bad.yaml:5\n%s", code, errb.String())
+	}
+}
