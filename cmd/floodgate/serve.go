@@ -42,6 +42,7 @@ type serveConfig struct {
 	logLevel, logFormat              string
 	tlsCert, tlsKey, tlsClientCA     string
 	allowRequestLimits, xRateLimit   bool
+	calendarMonth                    bool
 	drain, reloadEvery, storeTimeout time.Duration
 }
 
@@ -76,6 +77,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", env("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
 	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
+	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT (default: 30 days) [FLOODGATE_CALENDAR_MONTH]")
 	fs.DurationVar(&c.drain, "drain-timeout", envDur("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
 	fs.DurationVar(&c.reloadEvery, "reload-interval", envDur("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", envDur("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store [FLOODGATE_STORE_TIMEOUT]")
@@ -163,7 +165,8 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	}
 
 	metrics := service.NewMetrics()
-	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{}}
+	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
+		opts: rules.Options{CalendarMonth: c.calendarMonth}}
 	cfg, err := loader.load()
 	if err != nil {
 		return err
@@ -354,6 +357,7 @@ type ruleLoader struct {
 	svc     *service.Service
 	files   map[string]*rules.Domain // by path: the last good version
 	sig     string
+	opts    rules.Options
 }
 
 func (l *ruleLoader) signature() (string, []string, error) {
@@ -403,7 +407,7 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 		data, err := os.ReadFile(p)
 		if err == nil {
 			var d *rules.Domain
-			if d, err = rules.Parse(p, data); err == nil {
+			if d, err = rules.ParseWith(p, data, l.opts); err == nil {
 				next[p] = d
 				continue
 			}
