@@ -152,8 +152,15 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, badRequest("hits_addend %d exceeds %d", hits, MaxHits)
 	}
 	cfg := s.rules.Load()
-	items := make([]item, len(req.Descriptors))
-	entries := make([]rules.Entry, 0, 8)
+	// Most requests carry a descriptor or two: keep them off the heap.
+	var itemBuf [4]item
+	items := itemBuf[:0]
+	if len(req.Descriptors) > len(itemBuf) {
+		items = make([]item, 0, len(req.Descriptors))
+	}
+	items = items[:len(req.Descriptors)]
+	var entryBuf [8]rules.Entry
+	entries := entryBuf[:0]
 	var replaced map[string]bool
 	for i, d := range req.Descriptors {
 		it := &items[i]
@@ -213,7 +220,8 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 
 	// Plan the store operations: one per limited descriptor, all in one
 	// batch (one round trip of store latency).
-	ops := make([]floodgate.Op, 0, len(items))
+	var opBuf [4]floodgate.Op
+	ops := opBuf[:0]
 	for i := range items {
 		it := &items[i]
 		if it.limit == nil || it.limit.Unlimited && it.policy == nil {
@@ -255,11 +263,24 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		it.op = len(ops)
 		ops = append(ops, floodgate.Op{Policy: p, Key: req.Domain + "\x00" + it.key, Kind: kind, Cost: cost})
 	}
-	decisions := make([]floodgate.Decision, len(ops))
-	if len(ops) > 0 {
-		if err := s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), ops, decisions); err != nil {
+	var decisionBuf [4]floodgate.Decision
+	decisions := decisionBuf[:0]
+	switch len(ops) {
+	case 0:
+	case 1: // one store call, no batch to build
+		d, err := s.opts.Store.Do(ctx, s.opts.Clock.NowMicro(), ops[0])
+		if err != nil {
 			return nil, err
 		}
+		decisions = append(decisions, d)
+	default:
+		// The store keeps neither slice, but escape analysis cannot know
+		// that through an interface: give it heap copies.
+		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
+		if err := s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), batch, out); err != nil {
+			return nil, err
+		}
+		decisions = out
 	}
 
 	// All or nothing across descriptors, where the domain opts in.
@@ -463,7 +484,8 @@ func currentLimit(it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_Rate
 // (the one that denies with the longest wait, else the one with the fewest
 // remaining) and every limit's policy.
 type headerState struct {
-	policies []string
+	policy   string   // the first limit's RateLimit-Policy item
+	policies []string // the others
 	best     *floodgate.Decision
 	bestOver bool
 	name     string
@@ -510,7 +532,11 @@ func headerFor(it *item, d *floodgate.Decision) *policyHeader {
 func (h *headerState) add(it *item, d *floodgate.Decision, over bool) {
 	ph := headerFor(it, d)
 	w, name := ph.window, ph.name
-	h.policies = append(h.policies, ph.item)
+	if h.policy == "" {
+		h.policy = ph.item
+	} else {
+		h.policies = append(h.policies, ph.item)
+	}
 	better := h.best == nil
 	if !better {
 		switch {
@@ -557,9 +583,9 @@ func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
 		reset = d.RetryAfter
 	}
 	secs := ceilSeconds(reset)
-	policy := h.policies[0]
-	if len(h.policies) > 1 {
-		policy = strings.Join(h.policies, ", ")
+	policy := h.policy
+	if len(h.policies) > 0 {
+		policy += ", " + strings.Join(h.policies, ", ")
 	}
 	out := []*corev3.HeaderValue{
 		{Key: "RateLimit-Policy", Value: policy},
