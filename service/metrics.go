@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"sort"
 	"sync"
 	"time"
 
@@ -13,21 +14,25 @@ import (
 )
 
 // maxValues is how many distinct descriptor values a detailed_metric rule
-// reports on its own before the rest count as "other".
-const maxValues = 100
+// reports on its own, its most frequent ones; the rest count as "other".
+// The counts come from the Space-Saving algorithm over trackedValues
+// values, so a flood of distinct values costs fixed memory and the values
+// reported are the heavy hitters (each count is at most the true count plus
+// the error of the slot it took over).
+const (
+	maxValues     = 100
+	trackedValues = 4 * maxValues
+)
 
 // Metrics are the service's Prometheus metrics.
 type Metrics struct {
 	Registry  *prometheus.Registry
-	decisions *prometheus.CounterVec   // domain, rule, outcome
-	detailed  *prometheus.CounterVec   // domain, rule, value, outcome
+	decisions *prometheus.CounterVec // domain, rule, outcome
+	detailed  *topValues
 	requests  *prometheus.CounterVec   // domain, code
 	latency   *prometheus.HistogramVec // domain
 	reloads   *prometheus.CounterVec   // result
 	rulesLive prometheus.Gauge
-
-	mu     sync.Mutex
-	values map[string]map[string]bool // rule → values reported on their own
 
 	// Children of the vectors, looked up once: WithLabelValues hashes its
 	// labels on every call.
@@ -77,9 +82,9 @@ func NewMetrics() *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_decisions_total",
 			Help: "Descriptor decisions by domain, rule and outcome (ok, over_limit, shadow_over_limit, degraded_ok, degraded_over_limit)."},
 			[]string{"domain", "rule", "outcome"}),
-		detailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_decisions_by_value_total",
-			Help: "Decisions per descriptor value, for rules with detailed_metric, capped to 100 values per rule plus \"other\"."},
-			[]string{"domain", "rule", "value", "outcome"}),
+		detailed: &topValues{desc: prometheus.NewDesc("floodgate_top_value_decisions",
+			"Decisions per descriptor value for rules with detailed_metric: the 100 most frequent values per rule (Space-Saving estimate), the rest as \"other\". A gauge: values enter and leave the top.",
+			[]string{"domain", "rule", "value", "outcome"}, nil), rules: map[[2]string]*spaceSaving{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_requests_total",
 			Help: "ShouldRateLimit requests by domain and overall code (ok, over_limit, invalid, error)."},
 			[]string{"domain", "code"}),
@@ -91,7 +96,6 @@ func NewMetrics() *Metrics {
 			Help: "Rule file loads by result (ok, refused)."}, []string{"result"}),
 		rulesLive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_rule_domains",
 			Help: "Domains in the live rules."}),
-		values: map[string]map[string]bool{},
 	}
 	r.MustRegister(m.decisions, m.detailed, m.requests, m.latency, m.reloads, m.rulesLive,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -142,23 +146,98 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, key string, d *
 		outcome = "degraded_" + outcome
 	}
 	m.counter(m.decisions, domain, l.Name, outcome).Inc()
-	if !l.DetailedMetric {
-		return
+	if l.DetailedMetric {
+		m.detailed.add(domain, l.Name, key, d.Allowed)
 	}
-	m.mu.Lock()
-	vs := m.values[l.Name]
-	if vs == nil {
-		vs = map[string]bool{}
-		m.values[l.Name] = vs
-	}
-	value := key
-	if !vs[value] {
-		if len(vs) < maxValues {
-			vs[value] = true
-		} else {
-			value = "other"
+}
+
+// topValues is a collector of per-value decision counts, one Space-Saving
+// summary per (domain, rule).
+type topValues struct {
+	desc  *prometheus.Desc
+	mu    sync.Mutex
+	rules map[[2]string]*spaceSaving
+}
+
+type ssEntry struct {
+	value      string
+	ok, over   float64
+	err        float64 // the count it may overstate by
+	totalCount float64
+}
+
+type spaceSaving struct {
+	entries map[string]*ssEntry
+	total   [2]float64 // ok, over: every decision of the rule
+}
+
+func (t *topValues) add(domain, rule, value string, allowed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := [2]string{domain, rule}
+	ss := t.rules[k]
+	if ss == nil {
+		if len(t.rules) >= maxChildren {
+			return
 		}
+		ss = &spaceSaving{entries: map[string]*ssEntry{}}
+		t.rules[k] = ss
 	}
-	m.mu.Unlock()
-	m.detailed.WithLabelValues(domain, l.Name, value, outcome).Inc()
+	i := 0
+	if !allowed {
+		i = 1
+	}
+	ss.total[i]++
+	e := ss.entries[value]
+	if e == nil {
+		if len(ss.entries) < trackedValues {
+			e = &ssEntry{value: value}
+		} else {
+			// Take over the least counted slot.
+			var least *ssEntry
+			for _, c := range ss.entries {
+				if least == nil || c.totalCount < least.totalCount {
+					least = c
+				}
+			}
+			delete(ss.entries, least.value)
+			e = &ssEntry{value: value, err: least.totalCount, totalCount: least.totalCount}
+		}
+		ss.entries[value] = e
+	}
+	e.totalCount++
+	if allowed {
+		e.ok++
+	} else {
+		e.over++
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (t *topValues) Describe(ch chan<- *prometheus.Desc) { ch <- t.desc }
+
+// Collect implements prometheus.Collector: each rule's most frequent
+// values, and "other" for the rest.
+func (t *topValues) Collect(ch chan<- prometheus.Metric) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, ss := range t.rules {
+		top := make([]*ssEntry, 0, len(ss.entries))
+		for _, e := range ss.entries {
+			top = append(top, e)
+		}
+		sort.Slice(top, func(i, j int) bool { return top[i].totalCount > top[j].totalCount })
+		if len(top) > maxValues {
+			top = top[:maxValues]
+		}
+		restOK, restOver := ss.total[0], ss.total[1]
+		for _, e := range top {
+			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, e.ok, k[0], k[1], e.value, "ok")
+			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, e.over, k[0], k[1], e.value, "over_limit")
+			restOK -= e.ok
+			restOver -= e.over
+		}
+		ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, max(restOK, 0), k[0], k[1], "other", "ok")
+		ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, max(restOver, 0), k[0], k[1], "other", "over_limit")
+	}
 }

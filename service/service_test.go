@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +235,55 @@ func TestOverridesReplaceTheRule(t *testing.T) {
 	other := &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{d("user", "7")}}
 	if r := e.ask(t, other); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
 		t.Fatalf("no override: %v", r)
+	}
+}
+
+func TestDetailedMetricKeepsTheTopValues(t *testing.T) {
+	m := service.NewMetrics()
+	rulesFile := "domain: m\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1000\n"
+	e := newEnv(t, service.Options{Metrics: m}, rulesFile)
+	ask := func(v string) {
+		e.ask(t, &rlsv3.RateLimitRequest{Domain: "m", Descriptors: []*rlcommon.RateLimitDescriptor{d("user", v)}})
+	}
+	for range 50 {
+		ask("heavy")
+	}
+	for i := range 3000 { // a flood of one-off values
+		ask(fmt.Sprintf("flood%d", i))
+	}
+	for range 50 {
+		ask("heavy")
+	}
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, heavy, other := 0, 0.0, 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "floodgate_top_value_decisions" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			series++
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["outcome"] != "ok" {
+				continue
+			}
+			switch {
+			case strings.Contains(labels["value"], "heavy"):
+				heavy = mt.GetGauge().GetValue()
+			case labels["value"] == "other":
+				other = mt.GetGauge().GetValue()
+			}
+		}
+	}
+	if series == 0 || series > 2*(100+1) {
+		t.Fatalf("%d series, want at most 202 (100 values and other, two outcomes)", series)
+	}
+	if heavy < 50 || other < 2800 {
+		t.Fatalf("heavy hitter %v, other %v", heavy, other)
 	}
 }
