@@ -88,18 +88,14 @@ func (l *Limiter) do(ctx context.Context, key string, kind OpKind, cost int64, m
 	if l.observe == nil {
 		return l.store.Do(ctx, l.clock.NowMicro(), op)
 	}
-	d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
-	l.observe(Event{Policy: p, Key: key, Op: kind, Cost: cost, Decision: d, Err: err})
-	return d, err
+	return l.exec(ctx, op)
 }
 
-// doWith performs an operation under policy p (a reservation's own
-// version), observed like any other.
-func (l *Limiter) doWith(ctx context.Context, p *Policy, key string, kind OpKind, cost int64, maxDelay time.Duration) (Decision, error) {
-	op := Op{Policy: p, Key: key, Kind: kind, Cost: cost, MaxDelay: maxDelay}
+// exec performs op on the store at the clock's time, observed.
+func (l *Limiter) exec(ctx context.Context, op Op) (Decision, error) {
 	d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
 	if l.observe != nil {
-		l.observe(Event{Policy: p, Key: key, Op: kind, Cost: cost, Decision: d, Err: err})
+		l.observe(Event{Policy: op.Policy, Key: op.Key, Op: op.Kind, Cost: op.Cost, Decision: d, Err: err})
 	}
 	return d, err
 }
@@ -190,7 +186,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.Allowed || r.cost == 0 {
 		return nil
 	}
-	_, err := r.l.doWith(ctx, r.p, r.key, OpRefund, r.cost, 0)
+	_, err := r.l.exec(ctx, Op{Policy: r.p, Key: r.key, Kind: OpRefund, Cost: r.cost})
 	r.Allowed = false
 	return err
 }
@@ -244,10 +240,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		if n < 0 {
 			return Decision{}, &ParamError{Field: "cost", Msg: fmt.Sprintf("must not be negative, got %d", n)}
 		}
-		d, err := l.store.Do(ctx, l.clock.NowMicro(), op)
-		if l.observe != nil {
-			l.observe(Event{Policy: p, Key: key, Op: OpReserve, Cost: n, Decision: d, Err: err})
-		}
+		d, err := l.exec(ctx, op)
 		switch {
 		case err != nil:
 			return d, err
@@ -255,7 +248,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			return d, ErrCostTooLarge
 		case d.Allowed:
 			if err := l.clock.Sleep(ctx, d.Delay); err != nil {
-				l.doWith(context.WithoutCancel(ctx), p, key, OpRefund, n, 0) //nolint:errcheck // best effort; the wait's error wins
+				l.exec(context.WithoutCancel(ctx), Op{Policy: p, Key: key, Kind: OpRefund, Cost: n}) //nolint:errcheck // best effort; the wait's error wins
 				return d, err
 			}
 			return d, nil

@@ -263,6 +263,9 @@ func (s *Store) table(p *floodgate.Policy, now int64) *table {
 	case p.Version() > t.policy.Load().Version():
 		t.migrate(p, now)
 	}
+	// Copy on write. Old versions of a policy keep their entry (a limiter
+	// may still hold one) until 256 entries accumulate; then only current
+	// versions stay, and an old one finds its table by name again.
 	old := *s.reg.Load()
 	reg := make(map[*floodgate.Policy]*table, len(old)+1)
 	for k, v := range old {

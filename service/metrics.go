@@ -49,17 +49,15 @@ type counterKey struct {
 // configuration, but a domain is whatever a caller sends).
 const maxChildren = 1 << 16
 
-func (m *Metrics) counter(vec *prometheus.CounterVec, a, b, c string) prometheus.Counter {
-	k := counterKey{vec, a, b, c}
+func (m *Metrics) counter(vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	k := counterKey{vec: vec, a: labels[0], b: labels[1]}
+	if len(labels) > 2 {
+		k.c = labels[2]
+	}
 	if v, ok := m.counters.Load(k); ok {
 		return v.(prometheus.Counter)
 	}
-	var ctr prometheus.Counter
-	if c == "" && vec == m.requests {
-		ctr = vec.WithLabelValues(a, b)
-	} else {
-		ctr = vec.WithLabelValues(a, b, c)
-	}
+	ctr := vec.WithLabelValues(labels...)
 	m.counters.Store(k, ctr)
 	return ctr
 }
@@ -128,7 +126,7 @@ func (m *Metrics) observeRequest(domain string, resp *rlsv3.RateLimitResponse, e
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		code = "over_limit"
 	}
-	m.counter(m.requests, domain, code, "").Inc()
+	m.counter(m.requests, domain, code).Inc()
 	if err == nil {
 		m.histogram(domain).Observe(took.Seconds())
 	}
@@ -162,7 +160,6 @@ type topValues struct {
 type ssEntry struct {
 	value      string
 	ok, over   float64
-	err        float64 // the count it may overstate by
 	totalCount float64
 }
 
@@ -201,7 +198,9 @@ func (t *topValues) add(domain, rule, value string, allowed bool) {
 				}
 			}
 			delete(ss.entries, least.value)
-			e = &ssEntry{value: value, err: least.totalCount, totalCount: least.totalCount}
+			// It inherits the slot's count: an estimate that may overstate
+			// the newcomer by that much, as Space-Saving does.
+			e = &ssEntry{value: value, totalCount: least.totalCount}
 		}
 		ss.entries[value] = e
 	}

@@ -63,6 +63,9 @@ type Service struct {
 
 	mu       sync.Mutex
 	policies map[string]*floodgate.Policy // by override signature
+
+	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
+	policyHeaderCount atomic.Int64
 }
 
 // New returns a service deciding with cfg's rules.
@@ -245,6 +248,8 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 				} else if ok {
 					if op, err := s.overridePolicy(req.Domain, it.limit, o); err == nil {
 						p = op
+					} else {
+						s.opts.Logger.Warn("overrides: cannot apply; using the rule", "domain", req.Domain, "key", it.key, "err", err)
 					}
 				}
 			}
@@ -341,7 +346,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		hdr.add(it, &d, over)
+		hdr.add(s.headerFor(it, &d), &d, over)
 	}
 	resp.ResponseHeadersToAdd = hdr.headers(s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	return resp, nil
@@ -393,22 +398,15 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 // matched limit's first rule with the override's numbers.
 func (s *Service) overridePolicy(domain string, l *rules.Limit, o overrides.Override) (*floodgate.Policy, error) {
 	if l.Policy == nil {
-		return nil, errors.New("unlimited")
+		return nil, errors.New("the matched limit is unlimited")
 	}
-	base := l.Policy.Rules()[0]
 	sig := fmt.Sprintf("override|%s|%s|%d|%d|%d|%s", l.Policy.Name(), domain, o.Limit, o.Period, o.Burst, o.Algorithm)
 	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
-		r := base
-		r.Name, r.Limit, r.Period, r.Burst = "override", o.Limit, o.Period, o.Burst
-		r.Calendar, r.Granularity = "", 0
-		if o.Algorithm != "" {
-			r.Algorithm = o.Algorithm
-		}
-		if r.Algorithm == floodgate.SlidingSubwindow {
-			r.Algorithm = floodgate.SlidingWindow
-		}
-		if r.Refill != "" && r.Algorithm != floodgate.TokenBucket {
-			r.Refill = ""
+		r := o.Apply(l.Policy.Rules()[0])
+		r.Name = "override"
+		if r.Algorithm == floodgate.SlidingSubwindow && o.Algorithm == "" {
+			// the rule's sub-windows need not divide the override's period
+			r.Algorithm, r.Granularity = floodgate.SlidingWindow, 0
 		}
 		return floodgate.NewPolicy(sig, r)
 	})
@@ -499,19 +497,14 @@ type policyHeader struct {
 	window     time.Duration
 }
 
-var (
-	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
-	policyHeaderCount atomic.Int64
-)
-
 type policyHeaderKey struct {
 	limit  *rules.Limit
 	policy *floodgate.Policy
 }
 
-func headerFor(it *item, d *floodgate.Decision) *policyHeader {
+func (s *Service) headerFor(it *item, d *floodgate.Decision) *policyHeader {
 	k := policyHeaderKey{it.limit, it.policy}
-	if v, ok := policyHeaders.Load(k); ok {
+	if v, ok := s.policyHeaders.Load(k); ok {
 		return v.(*policyHeader)
 	}
 	w := policyWindow(it.policy)
@@ -521,16 +514,15 @@ func headerFor(it *item, d *floodgate.Decision) *policyHeader {
 	}
 	ph := &policyHeader{name: sfString(name), window: w}
 	ph.item = ph.name + ";q=" + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(max(1, int64(w/time.Second)), 10)
-	if policyHeaderCount.Add(1) > maxPolicies {
-		policyHeaders.Clear() // old rule versions and overrides: start over
-		policyHeaderCount.Store(1)
+	if s.policyHeaderCount.Add(1) > maxPolicies {
+		s.policyHeaders.Clear() // old rule versions and overrides: start over
+		s.policyHeaderCount.Store(1)
 	}
-	v, _ := policyHeaders.LoadOrStore(k, ph)
+	v, _ := s.policyHeaders.LoadOrStore(k, ph)
 	return v.(*policyHeader)
 }
 
-func (h *headerState) add(it *item, d *floodgate.Decision, over bool) {
-	ph := headerFor(it, d)
+func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 	w, name := ph.window, ph.name
 	if h.policy == "" {
 		h.policy = ph.item

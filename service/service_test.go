@@ -287,3 +287,27 @@ func TestDetailedMetricKeepsTheTopValues(t *testing.T) {
 		t.Fatalf("heavy hitter %v, other %v", heavy, other)
 	}
 }
+
+// An override replaces a sub-window rule's numbers even when its period is
+// not a multiple of the rule's sub-windows.
+func TestOverrideOnSubwindowRule(t *testing.T) {
+	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := overrides.NewCache(b, 16, 0)
+	t.Cleanup(func() { cache.Close() })
+	file := "domain: s\ndescriptors:\n  - key: user\n    rate_limit:\n      algorithm: sliding_subwindow\n      window: 1h\n      granularity: 1m\n      requests_per_unit: 500\n"
+	e := newEnv(t, service.Options{Overrides: cache}, file)
+	m := e.svc.Rules().Match("s", []rules.Entry{{Key: "user", Value: "1"}})
+	if err := cache.Put(context.Background(), overrides.Override{Domain: "s", Key: m.Key, Limit: 2, Period: 7 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "s", Descriptors: []*rlcommon.RateLimitDescriptor{d("user", "1")}}
+	for i := range 3 {
+		r := e.ask(t, req)
+		if want := i < 2; (r.OverallCode == rlsv3.RateLimitResponse_OK) != want {
+			t.Fatalf("request %d under a 2/7s override: %v", i, r)
+		}
+	}
+}
