@@ -44,8 +44,10 @@ const (
 type Options struct {
 	Store floodgate.Store
 	Clock floodgate.Clock // default clock.Coarse
-	// Overrides holds per-key overrides (may be nil).
-	Overrides overrides.Store
+	// Overrides holds per-key overrides (may be nil). A lookup gives up
+	// after OverrideTimeout (default 50ms) and the rule decides.
+	Overrides       overrides.Store
+	OverrideTimeout time.Duration
 	// AllowRequestLimits honours a descriptor's own `limit` field. Off by
 	// default: it lets a caller choose its own limit.
 	AllowRequestLimits bool
@@ -66,6 +68,9 @@ type Service struct {
 
 	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
 	policyHeaderCount atomic.Int64
+
+	overrideFailed atomic.Int64 // when an override lookup last failed (UnixNano)
+	lastLog        atomic.Int64
 }
 
 // New returns a service deciding with cfg's rules.
@@ -75,6 +80,9 @@ func New(cfg *rules.Config, opts Options) *Service {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.OverrideTimeout <= 0 {
+		opts.OverrideTimeout = 50 * time.Millisecond
 	}
 	s := &Service{opts: opts, policies: map[string]*floodgate.Policy{}}
 	s.rules.Store(cfg)
@@ -243,13 +251,13 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if p == nil {
 			p = it.limit.Policy
 			if s.opts.Overrides != nil {
-				if o, ok, err := s.opts.Overrides.Get(ctx, req.Domain, it.key); err != nil {
-					s.opts.Logger.Warn("overrides: lookup failed; using the rule", "domain", req.Domain, "key", it.key, "err", err)
+				if o, ok, err := s.override(ctx, req.Domain, it.key); err != nil {
+					s.logOnce("overrides: lookup failed; the rules decide meanwhile", "err", err)
 				} else if ok {
 					if op, err := s.overridePolicy(req.Domain, it.limit, o); err == nil {
 						p = op
 					} else {
-						s.opts.Logger.Warn("overrides: cannot apply; using the rule", "domain", req.Domain, "key", it.key, "err", err)
+						s.logOnce("overrides: cannot apply an override; using the rule", "domain", req.Domain, "key", it.key, "err", err)
 					}
 				}
 			}
@@ -350,6 +358,30 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 	resp.ResponseHeadersToAdd = hdr.headers(s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	return resp, nil
+}
+
+// override looks up key's override within OverrideTimeout. After a failed
+// lookup (the overrides' store down, say) it does not ask again for a
+// second, so requests do not each pay the timeout: the rules decide.
+func (s *Service) override(ctx context.Context, domain, key string) (overrides.Override, bool, error) {
+	if t := s.overrideFailed.Load(); t != 0 && time.Since(time.Unix(0, t)) < time.Second {
+		return overrides.Override{}, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.OverrideTimeout)
+	defer cancel()
+	o, ok, err := s.opts.Overrides.Get(ctx, domain, key)
+	if err != nil {
+		s.overrideFailed.Store(time.Now().UnixNano())
+	}
+	return o, ok, err
+}
+
+// logOnce logs at most one line a second.
+func (s *Service) logOnce(msg string, args ...any) {
+	now := time.Now().Unix()
+	if last := s.lastLog.Load(); last != now && s.lastLog.CompareAndSwap(last, now) {
+		s.opts.Logger.Warn(msg, args...)
+	}
 }
 
 // entryKey is the store key for a descriptor no rule matched (a request's

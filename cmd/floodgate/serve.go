@@ -214,7 +214,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	cache := overrides.NewCache(ovr, 1<<16, ttl)
 	closeFns = append(closeFns, cache.Close) // closes the store under it too
 
-	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, AllowRequestLimits: c.allowRequestLimits,
+	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
 		XRateLimitHeaders: c.xRateLimit, Metrics: metrics, Logger: log})
 	loader.svc = svc
 

@@ -475,3 +475,41 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// With its Redis down the service still answers every call in time, by the
+// rules' failure modes, and /readyz says it is degraded; it recovers when
+// Redis returns.
+func TestServeRedisDownDegradesAndRecovers(t *testing.T) {
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	ready := func() (int, string) {
+		resp, err := http.Get("http://" + s.http + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := ready(); code != 200 {
+		t.Fatalf("readyz before: %d", code)
+	}
+	srv.Kill()
+	waitFor(t, "readyz to report the store", func() bool {
+		start := time.Now()
+		r := s.ask(t, "api", desc("user", "down")) // fail open by default
+		if el := time.Since(start); el > time.Second || r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("while Redis is down: %v after %s", r.OverallCode, el)
+		}
+		code, body := ready()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded")
+	})
+	srv.Restart(t)
+	waitFor(t, "readyz to recover", func() bool {
+		s.ask(t, "api", desc("user", "up"))
+		code, _ := ready()
+		return code == 200
+	})
+}
