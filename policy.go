@@ -207,3 +207,14 @@ func (p *Policy) SameLayout(q *Policy) bool {
 	}
 	return true
 }
+
+// Op returns an operation on key under p, with its elastic rules' signals
+// evaluated now. Callers that compose their own batches (several policies
+// on one store, decided in one Store.DoBatch) build them with Op.
+func (p *Policy) Op(kind OpKind, key string, cost int64, maxDelay time.Duration) Op {
+	op := Op{Policy: p, Key: key, Kind: kind, Cost: cost, MaxDelay: maxDelay}
+	if p.elastic != 0 {
+		op.Spare = p.spare()
+	}
+	return op
+}

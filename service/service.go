@@ -27,6 +27,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/ratehdr"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -545,7 +546,7 @@ func (s *Service) headerFor(it *item, d *floodgate.Decision) *policyHeader {
 		name = it.limit.Name
 	}
 	ph := &policyHeader{name: sfString(name), window: w}
-	ph.item = ph.name + ";q=" + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(max(1, int64(w/time.Second)), 10)
+	ph.item = ratehdr.PolicyItem(ph.name, d.Limit, w)
 	if s.policyHeaderCount.Add(1) > maxPolicies {
 		s.policyHeaders.Clear() // old rule versions and overrides: start over
 		s.policyHeaderCount.Store(1)
@@ -613,7 +614,7 @@ func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
 	}
 	out := []*corev3.HeaderValue{
 		{Key: "RateLimit-Policy", Value: policy},
-		{Key: "RateLimit", Value: h.name + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10) + ";t=" + strconv.FormatInt(secs, 10)},
+		{Key: "RateLimit", Value: string(ratehdr.AppendLimit(nil, h.name, d.Remaining, reset))},
 	}
 	if over {
 		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(secs, 1), 10)})
@@ -627,30 +628,6 @@ func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
 	return out
 }
 
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
+func ceilSeconds(d time.Duration) int64 { return ratehdr.CeilSeconds(d) }
 
-// sfString renders s as a structured-field string (RFC 8941): printable
-// ASCII, quotes and backslashes escaped; anything else replaced.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s) && i < 256; i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
+func sfString(s string) string { return ratehdr.SFString(s) }

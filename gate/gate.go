@@ -1,0 +1,900 @@
+// Package gate is the transport-neutral core of Floodgate's middleware:
+// given the limits a service declares (which requests, keyed how, with
+// which policy and what action over the limit), it decides a request —
+// every matching limit in one store call — and reports what to answer.
+// Packages httplimit and grpclimit put it in front of net/http handlers and
+// grpc-go services; `floodgate proxy` puts it in front of any HTTP server.
+//
+// A gate decides on the in-process engine (the memory store, or Redis for
+// a fleet), or asks a remote `floodgate serve` (or any Envoy rate limit
+// service) over gRPC: see Remote.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/rules"
+)
+
+// Action is what a limit does to a request over it.
+type Action uint8
+
+// The actions.
+const (
+	// Deny refuses the request (HTTP 429 unless Limit.Status says
+	// otherwise; gRPC RESOURCE_EXHAUSTED).
+	Deny Action = iota
+	// Ban refuses the request and, when the key goes over the ban
+	// threshold, every request of the key for the rest of the threshold
+	// interval and for the ban duration after it (Cloud Armor's
+	// rate_based_ban).
+	Ban
+	// Delay queues the request until the limit frees a slot, up to
+	// Limit.MaxDelay, and refuses it beyond (nginx's burst with delay).
+	// It needs a bucket algorithm (token bucket, GCRA, leaky bucket).
+	Delay
+	// Redirect answers with a redirect to Limit.Redirect.
+	Redirect
+	// Shadow counts, logs and adds headers, and never refuses.
+	Shadow
+)
+
+var actionNames = [...]string{"deny", "ban", "delay", "redirect", "shadow"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return "unknown"
+}
+
+// ParseAction reads an action's name.
+func ParseAction(s string) (Action, error) {
+	for i, n := range actionNames {
+		if s == n {
+			return Action(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown action %q (want deny, ban, delay, redirect or shadow)", s)
+}
+
+// BanRule is a Ban action's threshold and duration: a key that sends more
+// than Threshold requests within one Interval (fixed windows) is banned
+// until the end of that interval plus Duration.
+type BanRule struct {
+	Threshold int64
+	Interval  time.Duration
+	Duration  time.Duration
+}
+
+// Match selects the requests a limit applies to; every condition given
+// must hold, and an empty Match selects every request.
+type Match struct {
+	// Hosts: exact names (case-insensitive, port ignored) or
+	// "*.example.com" for any subdomain.
+	Hosts []string
+	// PathPrefix: the path starts with it.
+	PathPrefix string
+	// Path: a pattern; "*" is one segment, a trailing "/**" any rest.
+	// For gRPC the path is the full method, "/pkg.Service/Method".
+	Path string
+	// Methods: the HTTP methods (gRPC calls have none and never match a
+	// Match with Methods).
+	Methods []string
+}
+
+// A Limit is one limit the gate enforces.
+type Limit struct {
+	// Name names the limit in headers, logs and metrics; unique.
+	Name string
+	// Policy is the limit's rules, for the in-process engine. With
+	// Domain set instead, the policy comes from the rules of that domain
+	// (Config.Rules), matched by the key's descriptor entries; with
+	// Config.Remote, the remote service's rules decide.
+	Policy *floodgate.Policy
+	Domain string
+	// Match selects the requests the limit applies to.
+	Match Match
+	// Key is the limit's key: the parts joined (an empty Key is All).
+	Key []Part
+	// Cost is what one request consumes (default 1).
+	Cost int64
+	// Action over the limit (default Deny).
+	Action Action
+	// Status is the HTTP status of a refusal (default 429).
+	Status int
+	// MaxDelay bounds a Delay action's wait.
+	MaxDelay time.Duration
+	// Redirect is a Redirect action's target URL, and RedirectStatus its
+	// status (default 302).
+	Redirect       string
+	RedirectStatus int
+	// Ban is a Ban action's threshold.
+	Ban BanRule
+	// ExemptKeys are keys (the parts' values joined by '|') never limited.
+	ExemptKeys []string
+	// ExemptNets are client networks never limited.
+	ExemptNets []netip.Prefix
+}
+
+// Config configures a Gate.
+type Config struct {
+	Limits []Limit
+	// Store keeps the limits' state (default: a new in-memory store).
+	Store floodgate.Store
+	// Clock is the gate's time (default clock.Coarse).
+	Clock floodgate.Clock
+	// ClientIP finds and groups client addresses.
+	ClientIP ClientIP
+	// Rules resolves limits that name a Domain.
+	Rules *rules.Config
+	// Remote, when set, asks a rate limit service instead of the store.
+	Remote *Remote
+	// User returns the authenticated user for the User part (default:
+	// what WithUser stored).
+	User func(ctx context.Context) (string, bool)
+	// Route returns an HTTP request's route pattern for the Route part
+	// (default: Request.Pattern, set by net/http's ServeMux for handlers
+	// it routed to, else the path).
+	Route func(r *http.Request) string
+	// FailClosed refuses requests when the store (or remote service)
+	// fails outright; by default they pass. Rules on Redis have their own
+	// failure modes, which decide first (see floodgate.Rule).
+	FailClosed bool
+	// Logger receives shadow-mode refusals and store failures (at most one
+	// line a second); default slog.Default().
+	Logger *slog.Logger
+}
+
+// Gate decides requests against a set of limits. It is safe for
+// concurrent use.
+type Gate struct {
+	cfg     Config
+	limits  []*limit
+	store   floodgate.Store
+	clock   floodgate.Clock
+	ownsMem *memstore.Store
+	lastLog atomic.Int64
+}
+
+// limit is a Limit compiled.
+type limit struct {
+	*Limit
+	parts      []compiledPart
+	hosts      []string // lower-cased
+	pathSegs   []string
+	pathRest   bool
+	methods    []string
+	exempt     map[string]bool
+	sfName     string
+	policyItem []string // RateLimit-Policy of a single-rule Policy, shared (len == cap)
+	ruleNames  map[string]string
+	banMarker  *floodgate.Policy
+	banThresh  *floodgate.Policy
+	banBurst   int64
+}
+
+// banGrain is the granularity of a ban's duration.
+const banGrain = 10 * time.Millisecond
+
+// New compiles cfg into a gate; it reports the first bad limit by index
+// and field.
+func New(cfg Config) (*Gate, error) {
+	g := &Gate{cfg: cfg, store: cfg.Store, clock: cfg.Clock}
+	if g.clock == nil {
+		g.clock = clock.Coarse
+	}
+	if g.cfg.Logger == nil {
+		g.cfg.Logger = slog.Default()
+	}
+	g.cfg.ClientIP.normalize()
+	if g.store == nil && cfg.Remote == nil {
+		ms, err := memstore.New(memstore.Options{Clock: g.clock})
+		if err != nil {
+			return nil, err
+		}
+		g.store, g.ownsMem = ms, ms
+	}
+	names := map[string]bool{}
+	for i := range cfg.Limits {
+		l, err := g.compile(&cfg.Limits[i])
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("gate: limits[%d] (%s): %w", i, cfg.Limits[i].Name, err)
+		}
+		if names[l.Name] {
+			g.Close()
+			return nil, fmt.Errorf("gate: limits[%d]: name %q used twice", i, l.Name)
+		}
+		names[l.Name] = true
+		g.limits = append(g.limits, l)
+	}
+	if cfg.Remote != nil {
+		if err := cfg.Remote.check(); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Close releases the in-memory store the gate made for itself.
+func (g *Gate) Close() {
+	if g.ownsMem != nil {
+		g.ownsMem.Close()
+	}
+}
+
+func (g *Gate) compile(src *Limit) (*limit, error) {
+	cp := *src
+	l := &limit{Limit: &cp}
+	if l.Name == "" {
+		return nil, errors.New("name: empty")
+	}
+	if l.Cost == 0 {
+		l.Cost = 1
+	}
+	if l.Cost < 0 {
+		return nil, fmt.Errorf("cost: %d is negative", l.Cost)
+	}
+	if l.Status == 0 {
+		l.Status = http.StatusTooManyRequests
+	}
+	if l.Status < 400 || l.Status > 599 {
+		return nil, fmt.Errorf("status: %d is not an error status (400-599)", l.Status)
+	}
+	remote := g.cfg.Remote != nil
+	switch {
+	case remote:
+	case l.Policy != nil:
+	case l.Domain != "":
+		if g.cfg.Rules == nil || g.cfg.Rules.Domain(l.Domain) == nil {
+			return nil, fmt.Errorf("domain: no rules for domain %q", l.Domain)
+		}
+	default:
+		return nil, errors.New("policy: none (set Policy, or Domain with Config.Rules, or Config.Remote)")
+	}
+	switch l.Action {
+	case Deny, Shadow:
+	case Delay:
+		if l.MaxDelay <= 0 {
+			return nil, errors.New("max_delay: a delay action needs a positive MaxDelay")
+		}
+		if remote {
+			return nil, errors.New("action: delay needs the in-process engine, not a remote service")
+		}
+	case Redirect:
+		if l.Redirect == "" {
+			return nil, errors.New("redirect: a redirect action needs a URL")
+		}
+		if l.RedirectStatus == 0 {
+			l.RedirectStatus = http.StatusFound
+		}
+		switch l.RedirectStatus {
+		case 301, 302, 303, 307, 308:
+		default:
+			return nil, fmt.Errorf("redirect_status: %d is not a redirect", l.RedirectStatus)
+		}
+	case Ban:
+		if remote {
+			return nil, errors.New("action: ban needs the in-process engine, not a remote service")
+		}
+		b := l.Ban
+		if b.Threshold < 1 || b.Interval < time.Second || b.Duration < time.Second {
+			return nil, errors.New("ban: threshold must be at least 1, interval and duration at least 1s")
+		}
+		grains := int64((b.Interval + b.Duration + banGrain - 1) / banGrain)
+		var err error
+		// The marker: a bucket refilling one grain per grain; a ban of
+		// k grains empties k, and the key is free when it is full again.
+		l.banMarker, err = floodgate.NewPolicy(l.Name+".ban", floodgate.Rule{Name: "ban", Algorithm: floodgate.TokenBucket, Limit: 1, Period: banGrain, Burst: grains})
+		if err != nil {
+			return nil, fmt.Errorf("ban: %w", err)
+		}
+		// The threshold: a fixed window admitting one more than the
+		// threshold, so that exactly one request per window (the one
+		// that fills it) crosses, atomically in the store.
+		l.banThresh, err = floodgate.NewPolicy(l.Name+".ban-threshold", floodgate.Rule{Name: "threshold", Algorithm: floodgate.FixedWindow, Limit: b.Threshold + 1, Period: b.Interval})
+		if err != nil {
+			return nil, fmt.Errorf("ban: %w", err)
+		}
+		l.banBurst = grains
+	default:
+		return nil, fmt.Errorf("action: unknown action %d", l.Action)
+	}
+	if len(l.Key) == 0 {
+		l.Key = []Part{All()}
+	}
+	if len(l.Key) > 8 {
+		return nil, fmt.Errorf("key: %d parts; at most 8", len(l.Key))
+	}
+	seen := map[string]bool{}
+	for i, p := range l.Key {
+		if p.Kind > PartConst {
+			return nil, fmt.Errorf("key[%d]: unknown kind %d", i, p.Kind)
+		}
+		if (p.Kind == PartHeader || p.Kind == PartCookie || p.Kind == PartQuery) && p.Name == "" {
+			return nil, fmt.Errorf("key[%d]: a %s part needs a name", i, p.Kind)
+		}
+		cp := compilePart(p)
+		if seen[cp.entry] {
+			return nil, fmt.Errorf("key[%d]: entry %q used twice", i, cp.entry)
+		}
+		seen[cp.entry] = true
+		l.parts = append(l.parts, cp)
+	}
+	for _, h := range l.Match.Hosts {
+		l.hosts = append(l.hosts, strings.ToLower(h))
+	}
+	if p := l.Match.Path; p != "" {
+		if p[0] != '/' {
+			return nil, fmt.Errorf("match.path: %q does not start with /", p)
+		}
+		if strings.HasSuffix(p, "/**") {
+			l.pathRest, p = true, strings.TrimSuffix(p, "/**")
+		}
+		l.pathSegs = strings.Split(p, "/")
+	}
+	if l.Match.PathPrefix != "" && l.Match.PathPrefix[0] != '/' {
+		return nil, fmt.Errorf("match.path_prefix: %q does not start with /", l.Match.PathPrefix)
+	}
+	for _, m := range l.Match.Methods {
+		l.methods = append(l.methods, strings.ToUpper(m))
+	}
+	if len(l.ExemptKeys) > 0 {
+		l.exempt = map[string]bool{}
+		for _, k := range l.ExemptKeys {
+			l.exempt[k] = true
+		}
+	}
+	l.sfName = sfName(l.Name)
+	if l.Policy != nil {
+		l.ruleNames = map[string]string{}
+		rs := l.Policy.Rules()
+		var items []string
+		for _, r := range rs {
+			name := l.Name
+			if len(rs) > 1 {
+				name += "/" + r.Name
+			}
+			sf := sfName(name)
+			l.ruleNames[r.Name] = sf
+			items = append(items, policyItem(sf, r))
+		}
+		l.policyItem = []string{strings.Join(items, ", ")}
+	}
+	return l, nil
+}
+
+// matches reports whether the limit applies to r.
+func (l *limit) matches(r *Request) bool {
+	m := &l.Match
+	if len(l.methods) > 0 {
+		if r.HTTP == nil {
+			return false
+		}
+		ok := false
+		for _, x := range l.methods {
+			ok = ok || x == r.HTTP.Method
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(l.hosts) > 0 {
+		h := hostOnly(r.host())
+		ok := false
+		for _, x := range l.hosts {
+			if strings.HasPrefix(x, "*.") {
+				ok = ok || len(h) > len(x)-1 && strings.EqualFold(h[len(h)-len(x)+1:], x[1:])
+			} else {
+				ok = ok || strings.EqualFold(h, x)
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	path := r.path()
+	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
+		return false
+	}
+	if l.pathSegs != nil && !matchPath(l.pathSegs, l.pathRest, path) {
+		return false
+	}
+	return true
+}
+
+// matchPath matches a path against pattern segments.
+func matchPath(segs []string, rest bool, path string) bool {
+	for i, s := range segs {
+		if i > 0 {
+			if path == "" || path[0] != '/' {
+				return false
+			}
+			path = path[1:]
+		}
+		var seg string
+		if j := strings.IndexByte(path, '/'); j >= 0 {
+			seg, path = path[:j], path[j:]
+		} else {
+			seg, path = path, ""
+		}
+		if s != "*" && s != seg {
+			return false
+		}
+	}
+	if rest {
+		return path == "" || path[0] == '/'
+	}
+	return path == ""
+}
+
+func (r *Request) host() string {
+	if r.HTTP != nil {
+		return r.HTTP.Host
+	}
+	if v := r.MD[":authority"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (r *Request) path() string {
+	if r.HTTP != nil {
+		return r.HTTP.URL.Path
+	}
+	return r.FullMethod
+}
+
+func (r *Request) ctx() context.Context {
+	if r.Ctx != nil {
+		return r.Ctx
+	}
+	if r.HTTP != nil {
+		return r.HTTP.Context()
+	}
+	return context.Background()
+}
+
+// clientAddr resolves (once) the request's client address.
+func (g *Gate) clientAddr(r *Request) netip.Addr {
+	if !r.clientSet {
+		r.clientSet = true
+		peer := PeerAddr(r.Peer)
+		if r.HTTP != nil {
+			r.client = g.cfg.ClientIP.Resolve(peer, func(name string) []string { return r.HTTP.Header[http.CanonicalHeaderKey(name)] })
+		} else {
+			r.client = g.cfg.ClientIP.Resolve(peer, func(name string) []string { return r.MD[strings.ToLower(name)] })
+		}
+	}
+	return r.client
+}
+
+// value returns a part's value for r; ok is false when the part is absent
+// and its fallback skips the limit.
+func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool) {
+	var s string
+	found := true
+	switch p.Kind {
+	case PartAll:
+		return append(buf, '*'), true
+	case PartIP:
+		return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
+	case PartConst:
+		return appendValue(buf, p.Name), true
+	case PartHeader:
+		vs := r.headerValues(p.canon, p.lower)
+		found = len(vs) > 0 && vs[0] != ""
+		if found {
+			s = vs[0]
+		}
+	case PartCookie:
+		if r.HTTP != nil {
+			s, found = cookie(r.HTTP, p.Name)
+		} else {
+			found = false
+		}
+	case PartQuery:
+		if r.HTTP != nil {
+			s, found = query(r.HTTP.URL.RawQuery, p.Name)
+		} else {
+			found = false
+		}
+	case PartPath:
+		s = r.path()
+	case PartRoute:
+		switch {
+		case r.HTTP == nil:
+			s = r.FullMethod
+		case g.cfg.Route != nil:
+			s = g.cfg.Route(r.HTTP)
+		case r.HTTP.Pattern != "":
+			s = r.HTTP.Pattern
+		default:
+			s = r.HTTP.URL.Path
+		}
+	case PartMethod:
+		if r.HTTP != nil {
+			s = r.HTTP.Method
+		} else {
+			s = r.FullMethod
+		}
+	case PartHost:
+		s = hostOnly(r.host())
+	case PartUser:
+		if g.cfg.User != nil {
+			s, found = g.cfg.User(r.ctx())
+		} else {
+			s, found = UserFrom(r.ctx())
+		}
+	}
+	if found {
+		return appendValue(buf, s), true
+	}
+	switch p.Missing {
+	case MissingShared:
+		return append(buf, "-"...), true
+	case MissingSkip:
+		return buf, false
+	}
+	buf = append(buf, "ip:"...)
+	return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
+}
+
+// Outcome is one limit's part of a verdict.
+type Outcome struct {
+	Limit    *Limit
+	Key      string
+	Decision floodgate.Decision
+	// Banned: the key is banned (or was just banned by this request).
+	Banned bool
+	// Over: the limit refuses the request (shadow limits never do, but
+	// their Decision says what they would have done).
+	Over bool
+
+	l      *limit
+	policy *floodgate.Policy
+	name   string // the rule's name as a structured-field string
+	ruleLm *rules.Limit
+	op     int8 // index of the main op, or -1
+	banOp  int8 // index of the ban marker's peek
+	thrOp  int8 // index of the threshold's charge
+}
+
+// Verdict is what the gate decided for a request.
+type Verdict struct {
+	// Allowed: let the request through (after Delayed, already waited).
+	Allowed bool
+	// Deciding is the outcome that refused the request, or that the
+	// headers describe when it passes (the one with the fewest remaining).
+	Deciding *Outcome
+	// Outcomes are the matching limits' outcomes.
+	Outcomes []Outcome
+	// Delayed is how long a Delay action held the request.
+	Delayed time.Duration
+	// Soft: a limit in soft or elastic mode let the request past its
+	// soft line.
+	Soft bool
+	// Err is a store or remote failure; the request passed unless
+	// Config.FailClosed.
+	Err error
+	// Headers from a remote service (RateLimit fields it computed).
+	RemoteHeaders [][2]string
+
+	buf [4]Outcome
+}
+
+// Check decides r, waiting for Delay actions, and fills v.
+func (g *Gate) Check(r *Request, v *Verdict) {
+	ctx := r.ctx()
+	v.Allowed, v.Deciding, v.Delayed, v.Soft, v.Err = true, nil, 0, false, nil
+	v.Outcomes = v.buf[:0]
+	var kb [256]byte
+	for _, l := range g.limits {
+		if !l.matches(r) {
+			continue
+		}
+		if len(l.ExemptNets) > 0 {
+			a := g.clientAddr(r)
+			exempt := false
+			for _, n := range l.ExemptNets {
+				exempt = exempt || n.Contains(a)
+			}
+			if exempt {
+				continue
+			}
+		}
+		key, ok := kb[:0], true
+		for i := range l.parts {
+			if i > 0 {
+				key = append(key, '|')
+			}
+			if key, ok = g.value(r, &l.parts[i], key); !ok {
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		if l.exempt != nil && l.exempt[string(key)] {
+			continue
+		}
+		v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, op: -1, banOp: -1, thrOp: -1})
+	}
+	if len(v.Outcomes) > 0 {
+		if g.cfg.Remote != nil {
+			g.remote(ctx, r, v)
+		} else {
+			g.local(ctx, v)
+		}
+	}
+}
+
+// local decides the outcomes on the store, in one call.
+func (g *Gate) local(ctx context.Context, v *Verdict) {
+	var opBuf [8]floodgate.Op
+	ops := opBuf[:0]
+	for i := range v.Outcomes {
+		o := &v.Outcomes[i]
+		l := o.l
+		o.policy, o.name = l.Policy, ""
+		key := o.Key
+		if l.Policy == nil {
+			// A rules domain decides: the parts are descriptor entries.
+			entries := make([]rules.Entry, len(l.parts))
+			vals := splitKey(o.Key, len(l.parts))
+			for j := range l.parts {
+				entries[j] = rules.Entry{Key: l.parts[j].entry, Value: unescape(vals[j])}
+			}
+			m := g.cfg.Rules.Match(l.Domain, entries)
+			if m == nil || m.Limit.Unlimited {
+				continue
+			}
+			o.ruleLm = m.Limit
+			if m.Limit.Blocked {
+				o.Decision = floodgate.Decision{Allowed: false, Rule: m.Limit.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+				continue
+			}
+			o.policy, key = m.Limit.Policy, m.Key
+			o.name = sfName(m.Limit.Name)
+		}
+		if len(ops)+3 > cap(opBuf) {
+			break // at most 8 operations a request: later limits are not enforced
+		}
+		if l.banMarker != nil {
+			o.banOp = int8(len(ops))
+			ops = append(ops, l.banMarker.Op(floodgate.OpPeek, key, l.banBurst, 0))
+			o.thrOp = int8(len(ops))
+			ops = append(ops, l.banThresh.Op(floodgate.OpCharge, key, 1, 0))
+		}
+		o.op = int8(len(ops))
+		if l.Action == Delay {
+			ops = append(ops, o.policy.Op(floodgate.OpReserve, key, l.Cost, l.MaxDelay))
+		} else {
+			ops = append(ops, o.policy.Op(floodgate.OpAllow, key, l.Cost, 0))
+		}
+	}
+	var decBuf [8]floodgate.Decision
+	decs := decBuf[:len(ops)]
+	var err error
+	now := g.clock.NowMicro()
+	switch len(ops) {
+	case 0:
+	case 1:
+		decs[0], err = g.store.Do(ctx, now, ops[0])
+	default:
+		// The store keeps neither slice, but escape analysis cannot see
+		// through the interface: give it heap copies.
+		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
+		err = g.store.DoBatch(ctx, now, batch, out)
+		copy(decs, out)
+	}
+	if err != nil {
+		v.Err = err
+		g.logf("floodgate: the store failed; requests %s meanwhile", "err", err)
+		v.Allowed = !g.cfg.FailClosed
+		if !v.Allowed {
+			v.Deciding = &v.Outcomes[0]
+			v.Deciding.Over = true
+			v.Deciding.Decision = floodgate.Decision{Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second}
+		}
+		return
+	}
+	var banOps []floodgate.Op
+	for i := range v.Outcomes {
+		o := &v.Outcomes[i]
+		l := o.l
+		if o.op >= 0 {
+			o.Decision = decs[o.op]
+		}
+		if o.banOp >= 0 {
+			marker, thr := &decs[o.banOp], &decs[o.thrOp]
+			if !marker.Allowed {
+				o.Banned = true
+				o.Decision.Allowed = false
+				o.Decision.RetryAfter = max(o.Decision.RetryAfter, marker.RetryAfter)
+			}
+			if thr.Allowed && thr.Remaining == 0 {
+				// This request filled the threshold window: ban until
+				// its end plus the duration, beyond any ban in force.
+				until := thr.ResetAfter + l.Ban.Duration
+				held := time.Duration(0)
+				if !marker.Allowed {
+					held = marker.RetryAfter
+				}
+				if until > held {
+					grains := int64((until - held + banGrain - 1) / banGrain)
+					banOps = append(banOps, l.banMarker.Op(floodgate.OpCharge, ops[o.banOp].Key, grains, 0))
+				}
+				o.Banned = true
+				o.Decision.Allowed = false
+				o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
+			}
+		}
+		if o.op < 0 && o.ruleLm == nil && !o.Banned {
+			continue
+		}
+		if o.Decision.Excess {
+			v.Soft = true
+		}
+		o.Over = !o.Decision.Allowed && l.Action != Shadow
+		if !o.Decision.Allowed && l.Action == Shadow {
+			g.logf("floodgate: shadow limit %s would refuse key %s", "limit", l.Name)
+		}
+		if o.Over {
+			v.Allowed = false
+		}
+	}
+	if len(banOps) > 0 {
+		if err := g.store.DoBatch(context.WithoutCancel(ctx), now, banOps, make([]floodgate.Decision, len(banOps))); err != nil {
+			g.logf("floodgate: recording a ban failed: %s", "err", err)
+		}
+	}
+	if !v.Allowed {
+		// All or nothing: give back what the admitted limits took.
+		var refunds []floodgate.Op
+		for i := range v.Outcomes {
+			o := &v.Outcomes[i]
+			if o.op >= 0 && o.Decision.Allowed && !o.Banned && ops[o.op].Cost > 0 {
+				refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
+			}
+		}
+		if len(refunds) > 0 {
+			if err := g.store.DoBatch(context.WithoutCancel(ctx), now, refunds, make([]floodgate.Decision, len(refunds))); err != nil {
+				g.logf("floodgate: a refund failed: %s", "err", err)
+			}
+		}
+	}
+	v.Deciding = deciding(v.Outcomes)
+	if !v.Allowed {
+		return
+	}
+	// Delay actions: wait for the reserved slot.
+	var wait time.Duration
+	for i := range v.Outcomes {
+		if o := &v.Outcomes[i]; o.op >= 0 && o.l.Action == Delay && o.Decision.Delay > wait {
+			wait = o.Decision.Delay
+		}
+	}
+	if wait > 0 {
+		if err := g.clock.Sleep(ctx, wait); err != nil {
+			// The client went away: give the slots back.
+			var refunds []floodgate.Op
+			for i := range v.Outcomes {
+				if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Cost > 0 {
+					refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
+				}
+			}
+			g.store.DoBatch(context.WithoutCancel(ctx), g.clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort
+			v.Allowed, v.Err = false, err
+			return
+		}
+		v.Delayed = wait
+	}
+}
+
+// deciding picks the outcome the response describes: over with the
+// longest wait, else the fewest remaining.
+func deciding(os []Outcome) *Outcome {
+	var best *Outcome
+	for i := range os {
+		o := &os[i]
+		if o.op < 0 && o.ruleLm == nil && !o.Banned {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = o
+		case o.Over != best.Over:
+			if o.Over {
+				best = o
+			}
+		case o.Over:
+			if o.Decision.RetryAfter > best.Decision.RetryAfter {
+				best = o
+			}
+		case o.Decision.Remaining < best.Decision.Remaining:
+			best = o
+		}
+	}
+	return best
+}
+
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			hi, lo := unhex(s[i+1]), unhex(s[i+2])
+			if hi >= 0 && lo >= 0 {
+				b.WriteByte(byte(hi<<4 | lo))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'A' && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
+// logf logs at most one line a second.
+func (g *Gate) logf(msg, k string, v any) {
+	now := time.Now().UnixNano()
+	last := g.lastLog.Load()
+	if now-last < int64(time.Second) || !g.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	g.cfg.Logger.Warn(msg, k, v)
+}
+
+// Lift ends a ban on key under the named limit; the key's counts are
+// forgotten too, so it starts afresh.
+func (g *Gate) Lift(ctx context.Context, limitName, key string) error {
+	for _, l := range g.limits {
+		if l.Name != limitName {
+			continue
+		}
+		if l.banMarker == nil {
+			return fmt.Errorf("gate: limit %q has no ban", limitName)
+		}
+		now := g.clock.NowMicro()
+		ops := []floodgate.Op{
+			{Policy: l.banMarker, Key: key, Kind: floodgate.OpReset},
+			{Policy: l.banThresh, Key: key, Kind: floodgate.OpReset},
+		}
+		return g.store.DoBatch(ctx, now, ops, make([]floodgate.Decision, len(ops)))
+	}
+	return fmt.Errorf("gate: no limit %q", limitName)
+}
+
+// Limits returns the gate's limits.
+func (g *Gate) Limits() []Limit {
+	out := make([]Limit, len(g.limits))
+	for i, l := range g.limits {
+		out[i] = *l.Limit
+	}
+	return out
+}

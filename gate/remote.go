@@ -1,0 +1,136 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate"
+)
+
+// RateLimitClient is the client side of Envoy's rate limit service, as
+// generated in go-control-plane (rlsv3.NewRateLimitServiceClient).
+type RateLimitClient interface {
+	ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error)
+}
+
+// Remote asks a rate limit service (`floodgate serve`, or any service
+// speaking envoy.service.ratelimit.v3) instead of a local store. Each
+// matching limit becomes one descriptor of the request, its key parts the
+// entries; the service's rules decide, and the RateLimit headers it
+// returns are passed on. Ban and Delay actions need the local engine.
+type Remote struct {
+	Client RateLimitClient
+	// Domain is the request's domain.
+	Domain string
+	// Timeout bounds one call (default 100ms); past it the request passes
+	// unless Config.FailClosed.
+	Timeout time.Duration
+}
+
+func (r *Remote) check() error {
+	if r.Client == nil {
+		return errors.New("gate: Remote.Client is nil")
+	}
+	if r.Domain == "" {
+		return errors.New("gate: Remote.Domain is empty")
+	}
+	return nil
+}
+
+func (g *Gate) remote(ctx context.Context, r *Request, v *Verdict) {
+	rc := g.cfg.Remote
+	req := &rlsv3.RateLimitRequest{Domain: rc.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, len(v.Outcomes))}
+	for i := range v.Outcomes {
+		o := &v.Outcomes[i]
+		d := &rlcommon.RateLimitDescriptor{Entries: make([]*rlcommon.RateLimitDescriptor_Entry, len(o.l.parts))}
+		vals := splitKey(o.Key, len(o.l.parts))
+		for j := range o.l.parts {
+			d.Entries[j] = &rlcommon.RateLimitDescriptor_Entry{Key: o.l.parts[j].entry, Value: unescape(vals[j])}
+		}
+		if o.l.Cost != 1 {
+			d.HitsAddend = wrapperspb.UInt64(uint64(o.l.Cost))
+		}
+		req.Descriptors[i] = d
+		o.op = 0
+	}
+	timeout := rc.Timeout
+	if timeout <= 0 {
+		timeout = 100 * time.Millisecond
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := rc.Client.ShouldRateLimit(cctx, req)
+	cancel()
+	if err == nil && len(resp.GetStatuses()) != len(v.Outcomes) {
+		err = errors.New("gate: the rate limit service answered a different number of statuses")
+	}
+	if err != nil {
+		v.Err = err
+		g.logf("floodgate: the rate limit service failed; requests %s meanwhile", "err", err)
+		v.Allowed = !g.cfg.FailClosed
+		for i := range v.Outcomes {
+			v.Outcomes[i].op = -1
+		}
+		if !v.Allowed {
+			v.Deciding = &v.Outcomes[0]
+			v.Deciding.Over = true
+			v.Deciding.Decision = floodgate.Decision{Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second}
+		}
+		return
+	}
+	for i, st := range resp.Statuses {
+		o := &v.Outcomes[i]
+		wait := st.GetDurationUntilReset().AsDuration()
+		o.Decision = floodgate.Decision{
+			Allowed:    st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT,
+			Limit:      int64(st.GetCurrentLimit().GetRequestsPerUnit()),
+			Remaining:  int64(st.GetLimitRemaining()),
+			ResetAfter: wait,
+			RetryAfter: wait,
+			Rule:       st.GetCurrentLimit().GetName(),
+		}
+		if !o.Decision.Allowed {
+			o.Decision.Reason = floodgate.ReasonLimited
+		}
+		o.Over = !o.Decision.Allowed && o.l.Action != Shadow
+		if o.Over {
+			v.Allowed = false
+		}
+	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		v.RemoteHeaders = append(v.RemoteHeaders, [2]string{h.GetKey(), h.GetValue()})
+	}
+	v.Deciding = deciding(v.Outcomes)
+}
+
+// splitKey splits a key into its n escaped parts.
+func splitKey(key string, n int) []string {
+	out := make([]string, 0, n)
+	for i := 0; i < n-1; i++ {
+		j := indexByte(key, '|')
+		if j < 0 {
+			break
+		}
+		out = append(out, key[:j])
+		key = key[j+1:]
+	}
+	out = append(out, key)
+	for len(out) < n {
+		out = append(out, "")
+	}
+	return out
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,120 @@
+// Package grpclimit is Floodgate's grpc-go interceptors: unary and stream
+// server interceptors that limit calls by method, metadata, peer address
+// or user, with the limits and actions of package gate (a gRPC call's path
+// is its full method, "/pkg.Service/Method").
+//
+//	lim, err := grpclimit.New(grpclimit.Options{Config: gate.Config{Limits: limits}})
+//	srv := grpc.NewServer(
+//		grpc.UnaryInterceptor(lim.Unary()),
+//		grpc.StreamInterceptor(lim.Stream()),
+//	)
+//
+// A refused call fails with RESOURCE_EXHAUSTED (UNAVAILABLE when the store
+// failed and the gate fails closed); the RateLimit fields travel as
+// trailers (ratelimit-policy, ratelimit, retry-after) on every call, and
+// on refusals also in the status message.
+package grpclimit
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/gate"
+)
+
+// Options configure the interceptors.
+type Options struct {
+	gate.Config
+	// Legacy adds x-ratelimit-limit, -remaining and -reset.
+	Legacy bool
+}
+
+// Limiter holds the interceptors' gate.
+type Limiter struct {
+	gate   *gate.Gate
+	legacy bool
+}
+
+// New builds the interceptors.
+func New(opts Options) (*Limiter, error) {
+	g, err := gate.New(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{gate: g, legacy: opts.Legacy}, nil
+}
+
+// Gate returns the interceptors' gate.
+func (l *Limiter) Gate() *gate.Gate { return l.gate }
+
+// Close releases the store the gate made for itself, if any.
+func (l *Limiter) Close() { l.gate.Close() }
+
+// check decides a call; it returns the trailer to send and, when refused,
+// the call's error.
+func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	req := gate.Request{FullMethod: method, MD: md, Ctx: ctx}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		req.Peer = p.Addr.String()
+	}
+	var v gate.Verdict
+	l.gate.Check(&req, &v)
+	var trailer metadata.MD
+	gate.Headers(&v, l.legacy, func(k string, vals []string) {
+		if trailer == nil {
+			trailer = metadata.MD{}
+		}
+		trailer[strings.ToLower(k)] = vals
+	})
+	if v.Allowed {
+		return trailer, nil
+	}
+	if v.Deciding == nil { // the context ended while a delay waited
+		return trailer, status.FromContextError(v.Err).Err()
+	}
+	o := v.Deciding
+	code := codes.ResourceExhausted
+	if o.Decision.Reason == floodgate.ReasonStoreUnavailable {
+		code = codes.Unavailable
+	}
+	retry := max(1, (int64(o.Decision.RetryAfter)+999_999_999)/1_000_000_000)
+	return trailer, status.Error(code, "rate limit exceeded ("+o.Limit.Name+"); retry in "+strconv.FormatInt(retry, 10)+" s")
+}
+
+// Unary returns the unary server interceptor.
+func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		trailer, err := l.check(ctx, info.FullMethod)
+		if trailer != nil {
+			grpc.SetTrailer(ctx, trailer) //nolint:errcheck // fails only outside a call
+		}
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor; a stream is limited once,
+// when it opens.
+func (l *Limiter) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		trailer, err := l.check(ss.Context(), info.FullMethod)
+		if trailer != nil {
+			ss.SetTrailer(trailer)
+		}
+		if err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}

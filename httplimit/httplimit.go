@@ -1,0 +1,144 @@
+// Package httplimit is Floodgate's net/http middleware: it limits the
+// requests a handler sees, by client address, header, cookie, path, route,
+// method, query parameter, region or user, alone or combined, with the
+// limits and actions of package gate. It works with any router:
+//
+//	mw, err := httplimit.New(httplimit.Options{Config: gate.Config{
+//		Limits: []gate.Limit{{Name: "per-ip", Policy: perIP, Key: []gate.Part{gate.IP()}}},
+//	}})
+//	...
+//	http.ListenAndServe(addr, mw.Handler(mux))
+//
+// Every response carries RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11) so clients can pace
+// themselves; a refused request gets 429 (or the limit's status) with
+// Retry-After and a short body in JSON or text, as the client's Accept
+// header prefers, or whatever Options.Render writes.
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/gate"
+)
+
+// Options configure the middleware.
+type Options struct {
+	gate.Config
+	// Legacy adds X-RateLimit-Limit, -Remaining and -Reset.
+	Legacy bool
+	// Render, when set, writes the body and status of a refused request
+	// (the rate-limit headers are already set). v.Deciding says which
+	// limit refused it and when to retry.
+	Render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
+}
+
+// Middleware limits requests. It is safe for concurrent use.
+type Middleware struct {
+	gate   *gate.Gate
+	legacy bool
+	render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
+}
+
+// New builds the middleware.
+func New(opts Options) (*Middleware, error) {
+	g, err := gate.New(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{gate: g, legacy: opts.Legacy, render: opts.Render}, nil
+}
+
+// Gate returns the middleware's gate (to lift bans, say).
+func (m *Middleware) Gate() *gate.Gate { return m.gate }
+
+// Close releases the store the middleware made for itself, if any.
+func (m *Middleware) Close() { m.gate.Close() }
+
+// Handler wraps next: the middleware's func(http.Handler) http.Handler.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v gate.Verdict
+		m.Serve(w, r, &v)
+		if v.Allowed {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// Serve decides r into v and, when it is refused, writes the response;
+// when v.Allowed the caller serves the request. The rate-limit headers are
+// set on w either way.
+func (m *Middleware) Serve(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
+	req := gate.Request{HTTP: r, Peer: r.RemoteAddr}
+	m.gate.Check(&req, v)
+	h := w.Header()
+	gate.Headers(v, m.legacy, func(k string, vals []string) { h[k] = vals })
+	if v.Allowed {
+		return
+	}
+	if v.Err != nil && v.Deciding == nil {
+		// The client went away while it waited.
+		return
+	}
+	o := v.Deciding
+	if o != nil && o.Limit.Action == gate.Redirect {
+		http.Redirect(w, r, o.Limit.Redirect, o.Limit.RedirectStatus)
+		return
+	}
+	if m.render != nil {
+		m.render(w, r, v)
+		return
+	}
+	WriteRefusal(w, r, v)
+}
+
+// WriteRefusal writes the default refusal: the limit's status (429 by
+// default) and a short body, JSON when the client accepts JSON, else
+// text.
+func WriteRefusal(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
+	status, name, retry := http.StatusTooManyRequests, "", int64(1)
+	if o := v.Deciding; o != nil {
+		status, name = o.Limit.Status, o.Limit.Name
+		retry = max(1, (int64(o.Decision.RetryAfter)+999_999_999)/1_000_000_000)
+	}
+	if v.Err != nil && v.Deciding != nil && v.Deciding.Decision.Reason == floodgate.ReasonStoreUnavailable {
+		status = http.StatusServiceUnavailable
+	}
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	if wantsJSON(r) {
+		h["Content-Type"] = jsonType
+		w.WriteHeader(status)
+		w.Write([]byte(`{"error":"rate_limited","limit":` + strconv.Quote(name) + `,"retry_after":` + strconv.FormatInt(retry, 10) + "}\n")) //nolint:errcheck // the client may be gone
+		return
+	}
+	h["Content-Type"] = textType
+	w.WriteHeader(status)
+	w.Write([]byte("rate limit exceeded (" + name + "); retry in " + strconv.FormatInt(retry, 10) + " s\n")) //nolint:errcheck // the client may be gone
+}
+
+var (
+	noStore  = []string{"no-store"}
+	jsonType = []string{"application/json"}
+	textType = []string{"text/plain; charset=utf-8"}
+)
+
+// wantsJSON reports whether the Accept header prefers JSON to text.
+func wantsJSON(r *http.Request) bool {
+	for _, a := range r.Header["Accept"] {
+		for _, t := range strings.Split(a, ",") {
+			t, _, _ = strings.Cut(t, ";")
+			switch strings.TrimSpace(strings.ToLower(t)) {
+			case "application/json", "application/problem+json":
+				return true
+			case "text/plain", "text/html", "text/*":
+				return false
+			}
+		}
+	}
+	return false
+}

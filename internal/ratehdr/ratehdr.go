@@ -1,0 +1,69 @@
+// Package ratehdr renders the rate-limit response fields of
+// draft-ietf-httpapi-ratelimit-headers-11, shared by the service and the
+// middleware so both speak them alike:
+//
+//	RateLimit-Policy: "per-ip";q=100;w=60
+//	RateLimit: "per-ip";r=42;t=17
+//
+// Both are structured-field lists (RFC 8941) of items whose value is the
+// policy's name as a string: q is the quota, w the window in seconds, r the
+// remaining quota and t the seconds until it resets (or, when over the
+// limit, until a request may succeed).
+package ratehdr
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxName bounds a policy name as rendered, in bytes.
+const MaxName = 256
+
+// SFString renders s as a structured-field string (RFC 8941 §3.3.3):
+// quotes and backslashes escaped, bytes outside printable ASCII replaced by
+// '_', at most MaxName bytes of s.
+func SFString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s) && i < MaxName; i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// CeilSeconds is d in whole seconds, rounded up: a client told t=0 while a
+// few milliseconds remain would retry too early.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// PolicyItem renders one RateLimit-Policy item; name must come from
+// SFString. The window is at least one second.
+func PolicyItem(name string, quota int64, window time.Duration) string {
+	return name + ";q=" + strconv.FormatInt(max(quota, 0), 10) + ";w=" + strconv.FormatInt(max(1, int64(window/time.Second)), 10)
+}
+
+// AppendLimit appends one RateLimit item to dst; name must come from
+// SFString.
+func AppendLimit(dst []byte, name string, remaining int64, reset time.Duration) []byte {
+	dst = append(dst, name...)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendInt(dst, max(remaining, 0), 10)
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, CeilSeconds(reset), 10)
+}
