@@ -337,4 +337,3 @@ func AllowAll(ctx context.Context, items []Item, out []Decision) (ok bool, err e
 	scratch := make([]Decision, len(refunds))
 	return false, l.store.DoBatch(ctx, l.clock.NowMicro(), refunds, scratch)
 }
-

@@ -18,17 +18,17 @@ type PartKind uint8
 
 // The kinds of key part.
 const (
-	PartAll      PartKind = iota // one key for all traffic
-	PartIP                       // the client address, grouped (see ClientIP)
-	PartHeader                   // a request header (gRPC: metadata)
-	PartCookie                   // a cookie
-	PartQuery                    // a query parameter
-	PartPath                     // the URL path (gRPC: the full method, "/pkg.Service/Method")
-	PartRoute                    // the matched route pattern (Request.Pattern, or Config.Route)
-	PartMethod                   // the HTTP method (gRPC: the full method)
-	PartHost                     // the host, without port
-	PartUser                     // the authenticated user (see WithUser and Config.User)
-	PartConst                    // a fixed value (Envoy's generic_key)
+	PartAll    PartKind = iota // one key for all traffic
+	PartIP                     // the client address, grouped (see ClientIP)
+	PartHeader                 // a request header (gRPC: metadata)
+	PartCookie                 // a cookie
+	PartQuery                  // a query parameter
+	PartPath                   // the URL path (gRPC: the full method, "/pkg.Service/Method")
+	PartRoute                  // the matched route pattern (Request.Pattern, or Config.Route)
+	PartMethod                 // the HTTP method (gRPC: the full method)
+	PartHost                   // the host, without port
+	PartUser                   // the authenticated user (see WithUser and Config.User)
+	PartConst                  // a fixed value (Envoy's generic_key)
 )
 
 var partNames = [...]string{"all", "remote_address", "header", "cookie", "query", "path", "route", "method", "host", "user", "generic"}
