@@ -34,7 +34,7 @@ var (
 
 // field names by place, for "unknown field" hints
 var (
-	rootFields = []string{"domain", "descriptors", "all_or_nothing", "failure_mode", "local_percent"}
+	rootFields = []string{"domain", "descriptors", "all_or_nothing", "failure_mode", "local_percent", "http"}
 	descFields = []string{"key", "value", "value_prefix", "value_regex", "exempt", "exempt_values",
 		"rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode", "detailed_metric",
 		"value_to_metric", "share_threshold", "metadata"}
@@ -459,7 +459,7 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	}
 	d := &Domain{File: p.file, root: &level{byKey: map[string]*keyGroup{}}}
 	p.dom = d
-	var descs *yaml.Node
+	var descs, httpV *yaml.Node
 	var name *yaml.Node
 	var failLocal *yaml.Node
 	for _, f := range p.fields(root, "") {
@@ -486,6 +486,8 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 			}
 		case "local_percent":
 			failLocal = f.val
+		case "http":
+			httpV = f.val
 		default:
 			p.unknown(f, "", rootFields)
 		}
@@ -508,10 +510,16 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 		}
 		d.Name = s
 	}
+	errsBefore := len(p.errs) + p.extra
 	if descs != nil {
 		p.top = p.descriptors(descs, "descriptors", 1, nil, d.root)
 	}
 	p.nameLimits()
+	if httpV != nil {
+		// Routes without a limit of their own are checked against the
+		// descriptors, unless those had errors.
+		d.http = p.httpSection(httpV, "http", len(p.errs)+p.extra == errsBefore)
+	}
 	return d
 }
 

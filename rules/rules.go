@@ -38,6 +38,8 @@ type Domain struct {
 	root   *level
 	order  []*node  // top-level descriptors in file order (for JSON)
 	limits []*Limit // in file order
+
+	http []*HTTPRoute // the http section in file order (http.go)
 }
 
 // A Match is the limit that applies to one request descriptor.
