@@ -586,8 +586,9 @@ type Verdict struct {
 	// Soft: a limit in soft or elastic mode let the request past its
 	// soft line.
 	Soft bool
-	// Err is a store or remote failure; the request passed unless
-	// Config.FailClosed.
+	// Err is a store or remote failure (the request passed unless
+	// Config.FailClosed), or the context's error when the client left
+	// while a Delay held it (Allowed false and Deciding nil).
 	Err error
 	// Headers from a remote service (RateLimit fields it computed).
 	RemoteHeaders [][2]string
@@ -595,11 +596,12 @@ type Verdict struct {
 	buf [4]Outcome
 }
 
-// Check decides r, waiting for Delay actions, and fills v.
+// Check decides r, waiting for Delay actions, and fills v. A Verdict may
+// be reused (from a sync.Pool, say): Check resets it.
 func (g *Gate) Check(r *Request, v *Verdict) {
 	ctx := r.ctx()
 	v.Allowed, v.Deciding, v.Delayed, v.Soft, v.Err = true, nil, 0, false, nil
-	v.Outcomes = v.buf[:0]
+	v.Outcomes, v.RemoteHeaders = v.buf[:0], v.RemoteHeaders[:0]
 	var kb [256]byte
 	for _, l := range g.limits {
 		if !l.matches(r) {
@@ -797,7 +799,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 				}
 			}
 			g.store.DoBatch(context.WithoutCancel(ctx), g.clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort
-			v.Allowed, v.Err = false, err
+			v.Allowed, v.Err, v.Deciding = false, err, nil
 			return
 		}
 		v.Delayed = wait

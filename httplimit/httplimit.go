@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/gate"
@@ -61,13 +62,19 @@ func (m *Middleware) Close() { m.gate.Close() }
 // Handler wraps next: the middleware's func(http.Handler) http.Handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var v gate.Verdict
-		m.Serve(w, r, &v)
-		if v.Allowed {
+		v := verdicts.Get().(*gate.Verdict)
+		m.Serve(w, r, v)
+		allowed := v.Allowed
+		verdicts.Put(v)
+		if allowed {
 			next.ServeHTTP(w, r)
 		}
 	})
 }
+
+// Verdicts are large (a few outcomes inline, so that a request allocates
+// none): recycle them.
+var verdicts = sync.Pool{New: func() any { return new(gate.Verdict) }}
 
 // Serve decides r into v and, when it is refused, writes the response;
 // when v.Allowed the caller serves the request. The rate-limit headers are
