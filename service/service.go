@@ -319,14 +319,16 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 	}
 
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+	resp, parts := newResponse(len(items))
 	var hdr headerState
 	for i := range items {
 		it := &items[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		p := &parts[i]
+		st := &p.status
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if it.blocked && it.op < 0 && !it.replaced {
-			st.CurrentLimit = currentLimit(it, &floodgate.Decision{})
+			st.CurrentLimit = currentLimit(&p.limit, it, &floodgate.Decision{})
 			if !it.limit.ShadowMode {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -336,17 +338,17 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if it.op < 0 {
 			continue
 		}
-		d := decisions[it.op]
-		st.CurrentLimit = currentLimit(it, &d)
+		d := &decisions[it.op]
+		st.CurrentLimit = currentLimit(&p.limit, it, d)
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		wait := d.ResetAfter
 		if !d.Allowed {
 			wait = d.RetryAfter
 		}
-		st.DurationUntilReset = durationpb.New(wait)
+		st.DurationUntilReset = setDuration(&p.duration, wait)
 		over := !d.Allowed
 		if s.opts.Metrics != nil {
-			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, &d)
+			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, d)
 		}
 		if over && it.limit.ShadowMode {
 			over = false // counted and logged, never blocking
@@ -355,10 +357,62 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		hdr.add(s.headerFor(it, &d), &d, over)
+		hdr.add(s.headerFor(it, d), d, over)
 	}
-	resp.ResponseHeadersToAdd = hdr.headers(s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	return resp, nil
+}
+
+// A response and the messages it points to are allocated together: one
+// block for the usual single descriptor (the response, its status, limit,
+// duration and up to three headers), a few slices for more. They are
+// ordinary messages to the caller; only the allocations are shared.
+type respHead struct {
+	resp     rlsv3.RateLimitResponse
+	hdrPtrs  [3]*corev3.HeaderValue
+	hdrVals  [3]corev3.HeaderValue
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+}
+
+// respPart is one descriptor's status and what it points to.
+type respPart struct {
+	status   rlsv3.RateLimitResponse_DescriptorStatus
+	limit    rlsv3.RateLimitResponse_RateLimit
+	duration durationpb.Duration
+}
+
+type respOne struct {
+	respHead
+	part [1]respPart
+}
+
+func newResponse(n int) (*rlsv3.RateLimitResponse, []respPart) {
+	var h *respHead
+	var parts []respPart
+	if n == 1 {
+		b := &respOne{}
+		h, parts = &b.respHead, b.part[:]
+		h.resp.Statuses = h.statuses[:]
+	} else {
+		h, parts = &respHead{}, make([]respPart, n)
+		h.resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	}
+	for i := range h.hdrPtrs {
+		h.hdrPtrs[i] = &h.hdrVals[i]
+	}
+	h.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	// headers() fills ResponseHeadersToAdd from this (empty) slice.
+	h.resp.ResponseHeadersToAdd = h.hdrPtrs[:0]
+	return &h.resp, parts
+}
+
+// setDuration is durationpb.New(d), into dst.
+func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	nanos := d.Nanoseconds()
+	secs := nanos / 1e9
+	nanos -= secs * 1e9
+	dst.Seconds, dst.Nanos = secs, int32(nanos)
+	return dst
 }
 
 // override looks up key's override within OverrideTimeout. After a failed
@@ -368,9 +422,11 @@ func (s *Service) override(ctx context.Context, domain, key string) (overrides.O
 	if t := s.overrideFailed.Load(); t != 0 && time.Since(time.Unix(0, t)) < time.Second {
 		return overrides.Override{}, false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.OverrideTimeout)
-	defer cancel()
-	o, ok, err := s.opts.Overrides.Get(ctx, domain, key)
+	lctx := withLazyTimeout(ctx, s.opts.OverrideTimeout)
+	o, ok, err := s.opts.Overrides.Get(lctx, domain, key)
+	if lt, isLazy := lctx.(*lazyTimeout); isLazy {
+		lt.stop()
+	}
 	if err != nil {
 		s.overrideFailed.Store(time.Now().UnixNano())
 	}
@@ -473,8 +529,8 @@ var envoyUnits = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 // given in the file; Envoy leaves it empty otherwise), requests per unit,
 // and the unit with its multiplier when the window is one (90 s is 90 ×
 // SECOND; a calendar window has no unit: the headers carry it).
-func currentLimit(it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_RateLimit {
-	cl := &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: uint32(min(max(d.Limit, 0), math.MaxUint32))}
+func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_RateLimit {
+	cl.RequestsPerUnit = uint32(min(max(d.Limit, 0), math.MaxUint32))
 	l := it.limit
 	if l == nil {
 		return cl
@@ -515,9 +571,10 @@ func currentLimit(it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_Rate
 // (the one that denies with the longest wait, else the one with the fewest
 // remaining) and every limit's policy.
 type headerState struct {
-	policy   string   // the first limit's RateLimit-Policy item
-	policies []string // the others
-	best     *floodgate.Decision
+	policy   string             // the first limit's RateLimit-Policy item
+	policies []string           // the others
+	best     floodgate.Decision // a copy: a pointer would move the decisions to the heap
+	hasBest  bool
 	bestOver bool
 	name     string
 	window   time.Duration
@@ -562,7 +619,7 @@ func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 	} else {
 		h.policies = append(h.policies, ph.item)
 	}
-	better := h.best == nil
+	better := !h.hasBest
 	if !better {
 		switch {
 		case over && !h.bestOver:
@@ -574,7 +631,7 @@ func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 		}
 	}
 	if better {
-		h.best, h.bestOver, h.name, h.window = d, over, name, w
+		h.best, h.hasBest, h.bestOver, h.name, h.window = *d, true, over, name, w
 	}
 }
 
@@ -598,11 +655,11 @@ func policyWindow(p *floodgate.Policy) time.Duration {
 // draft-ietf-httpapi-ratelimit-headers-11 (structured fields: a quoted
 // policy name with q (quota), w (window, seconds); r (remaining), t
 // (seconds until reset)), Retry-After when over, and X-RateLimit-* if asked.
-func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
-	if h.best == nil {
+func (h *headerState) headers(dst []*corev3.HeaderValue, legacy, over bool) []*corev3.HeaderValue {
+	if !h.hasBest {
 		return nil
 	}
-	d := h.best
+	d := &h.best
 	reset := d.ResetAfter
 	if h.bestOver {
 		reset = d.RetryAfter
@@ -612,20 +669,33 @@ func (h *headerState) headers(legacy, over bool) []*corev3.HeaderValue {
 	if len(h.policies) > 0 {
 		policy += ", " + strings.Join(h.policies, ", ")
 	}
-	out := []*corev3.HeaderValue{
-		{Key: "RateLimit-Policy", Value: policy},
-		{Key: "RateLimit", Value: string(ratehdr.AppendLimit(nil, h.name, d.Remaining, reset))},
-	}
+	var buf [96]byte
+	dst = appendHeader(dst, "RateLimit-Policy", policy)
+	dst = appendHeader(dst, "RateLimit", string(ratehdr.AppendLimit(buf[:0], h.name, d.Remaining, reset)))
 	if over {
-		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(secs, 1), 10)})
+		dst = appendHeader(dst, "Retry-After", strconv.FormatInt(max(secs, 1), 10))
 	}
 	if legacy {
-		out = append(out,
-			&corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(d.Limit, 10)},
-			&corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatInt(max(d.Remaining, 0), 10)},
-			&corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(secs, 10)})
+		dst = appendHeader(dst, "X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+		dst = appendHeader(dst, "X-RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
+		dst = appendHeader(dst, "X-RateLimit-Reset", strconv.FormatInt(secs, 10))
 	}
-	return out
+	return dst
+}
+
+// appendHeader appends a header, in the next of dst's preallocated values
+// while there is room.
+func appendHeader(dst []*corev3.HeaderValue, key, value string) []*corev3.HeaderValue {
+	if n := len(dst); n < cap(dst) {
+		dst = dst[:n+1]
+		if h := dst[n]; h != nil {
+			h.Key, h.Value = key, value
+			return dst
+		}
+		dst[n] = &corev3.HeaderValue{Key: key, Value: value}
+		return dst
+	}
+	return append(dst, &corev3.HeaderValue{Key: key, Value: value})
 }
 
 func ceilSeconds(d time.Duration) int64 { return ratehdr.CeilSeconds(d) }

@@ -1,0 +1,208 @@
+package service_test
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/rules"
+	"github.com/floodgate/floodgate/service"
+)
+
+// The service's own benchmarks, set up as `floodgate serve` is: metrics, an
+// overrides cache over bbolt, the bench script's rule (generic_key, a huge
+// per-second limit) over 1,000 keys.
+//
+//	go test -run '^$' -bench . -benchmem ./service
+//	go test -run '^$' -bench 'Decide/memory' -cpuprofile cpu.out -memprofile mem.out ./service
+
+const benchRules = `domain: bench
+descriptors:
+  - key: generic_key
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000000
+`
+
+func benchService(b *testing.B, store floodgate.Store) *service.Service {
+	b.Helper()
+	d, err := rules.Parse("bench.yaml", []byte(benchRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bolt, err := overrides.OpenBolt(filepath.Join(b.TempDir(), "o.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := overrides.NewCache(bolt, 1<<16, 0)
+	b.Cleanup(func() { cache.Close() })
+	return service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: 50 * time.Millisecond, Metrics: service.NewMetrics()})
+}
+
+func benchStore(b *testing.B, kind string) floodgate.Store {
+	b.Helper()
+	switch kind {
+	case "memory":
+		st := memstore.MustNew(memstore.Options{})
+		b.Cleanup(func() { st.Close() })
+		return st
+	case "redis":
+		redistest.Require(b)
+		srv := redistest.Standalone(b)
+		st, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		return st
+	}
+	b.Fatalf("store %q", kind)
+	return nil
+}
+
+func benchRequests() []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, 1000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommon.RateLimitDescriptor{
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "k" + strconv.Itoa(i)}}}}}
+	}
+	return reqs
+}
+
+// BenchmarkDecide is one decision through ShouldRateLimit, without gRPC,
+// from 64 goroutines (as the bench script's closed loop).
+func BenchmarkDecide(b *testing.B) {
+	for _, kind := range []string{"memory", "redis"} {
+		b.Run(kind, func(b *testing.B) {
+			svc := benchService(b, benchStore(b, kind))
+			reqs := benchRequests()
+			ctx := context.Background()
+			for _, r := range reqs { // the keys and their overrides' absence cached
+				if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(7919)
+				for pb.Next() {
+					i++
+					if _, err := svc.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMarshalResponse is what gRPC pays to encode a decision.
+func BenchmarkMarshalResponse(b *testing.B) {
+	svc := benchService(b, benchStore(b, "memory"))
+	resp, err := svc.ShouldRateLimit(context.Background(), benchRequests()[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := proto.Marshal(resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type emptyRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+var okResp = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+
+func (emptyRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return okResp, nil
+}
+
+// BenchmarkGRPC is ShouldRateLimit over loopback gRPC, 64 callers on one
+// connection, on the empty handler and on the service: cpu-ns/op is the
+// whole process's CPU (client and server) per call.
+func BenchmarkGRPC(b *testing.B) {
+	for _, kind := range []string{"empty", "memory", "redis"} {
+		b.Run(kind, func(b *testing.B) {
+			var h rlsv3.RateLimitServiceServer = emptyRLS{}
+			if kind != "empty" {
+				h = benchService(b, benchStore(b, kind))
+			}
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			gs := grpc.NewServer(service.GRPCOptions()...)
+			rlsv3.RegisterRateLimitServiceServer(gs, h)
+			go gs.Serve(lis)
+			b.Cleanup(gs.Stop)
+			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cc.Close() })
+			client := rlsv3.NewRateLimitServiceClient(cc)
+			reqs := benchRequests()
+			for _, r := range reqs {
+				if _, err := client.ShouldRateLimit(context.Background(), r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(7919)
+				for pb.Next() {
+					i++
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := client.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))])
+					cancel()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
