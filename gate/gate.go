@@ -126,6 +126,9 @@ type Limit struct {
 	ExemptKeys []string
 	// ExemptNets are client networks never limited.
 	ExemptNets []netip.Prefix
+	// Blocked refuses every request the limit applies to, without asking
+	// the store (envoyproxy/ratelimit's requests_per_unit: 0).
+	Blocked bool
 }
 
 // Config configures a Gate.
@@ -255,7 +258,7 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 	}
 	remote := g.cfg.Remote != nil
 	switch {
-	case remote:
+	case remote, l.Blocked:
 	case l.Policy != nil:
 	case l.Domain != "":
 		if g.cfg.Rules == nil || g.cfg.Rules.Domain(l.Domain) == nil {
@@ -652,6 +655,11 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		l := o.l
 		o.policy, o.name = l.Policy, ""
 		key := o.Key
+		if l.Blocked {
+			o.ruleLm = &rules.Limit{Name: l.Name, Blocked: true}
+			o.Decision = floodgate.Decision{Allowed: false, Rule: l.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+			continue
+		}
 		if l.Policy == nil {
 			// A rules domain decides: the parts are descriptor entries.
 			entries := make([]rules.Entry, len(l.parts))
@@ -668,7 +676,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 				o.Decision = floodgate.Decision{Allowed: false, Rule: m.Limit.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
 				continue
 			}
-			o.policy, key = m.Limit.Policy, m.Key
+			// The service's key: serve and proxy share state.
+			o.policy, key = m.Limit.Policy, l.Domain+"\x00"+m.Key
 			o.name = sfName(m.Limit.Name)
 		}
 		if len(ops)+3 > cap(opBuf) {
@@ -750,8 +759,9 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		if o.Decision.Excess {
 			v.Soft = true
 		}
-		o.Over = !o.Decision.Allowed && l.Action != Shadow
-		if !o.Decision.Allowed && l.Action == Shadow {
+		shadow := l.Action == Shadow || o.ruleLm != nil && o.ruleLm.ShadowMode
+		o.Over = !o.Decision.Allowed && !shadow
+		if !o.Decision.Allowed && shadow {
 			g.logf("floodgate: shadow limit %s would refuse key %s", "limit", l.Name)
 		}
 		if o.Over {

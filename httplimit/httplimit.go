@@ -35,13 +35,17 @@ type Options struct {
 	// (the rate-limit headers are already set). v.Deciding says which
 	// limit refused it and when to retry.
 	Render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
+	// Observe, when set, sees every verdict (for metrics and logs); it
+	// must not keep v, which is recycled.
+	Observe func(r *http.Request, v *gate.Verdict)
 }
 
 // Middleware limits requests. It is safe for concurrent use.
 type Middleware struct {
-	gate   *gate.Gate
-	legacy bool
-	render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
+	gate    *gate.Gate
+	legacy  bool
+	render  func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
+	observe func(r *http.Request, v *gate.Verdict)
 }
 
 // New builds the middleware.
@@ -50,7 +54,7 @@ func New(opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{gate: g, legacy: opts.Legacy, render: opts.Render}, nil
+	return &Middleware{gate: g, legacy: opts.Legacy, render: opts.Render, observe: opts.Observe}, nil
 }
 
 // Gate returns the middleware's gate (to lift bans, say).
@@ -61,15 +65,22 @@ func (m *Middleware) Close() { m.gate.Close() }
 
 // Handler wraps next: the middleware's func(http.Handler) http.Handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v := verdicts.Get().(*gate.Verdict)
-		m.Serve(w, r, v)
-		allowed := v.Allowed
-		verdicts.Put(v)
-		if allowed {
-			next.ServeHTTP(w, r)
-		}
-	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.ServeNext(w, r, next) })
+}
+
+// ServeNext limits one request to next: next serves it if it passes, else
+// the refusal is written. Handler(next) is ServeNext bound to next.
+func (m *Middleware) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	v := verdicts.Get().(*gate.Verdict)
+	m.Serve(w, r, v)
+	if m.observe != nil {
+		m.observe(r, v)
+	}
+	allowed := v.Allowed
+	verdicts.Put(v)
+	if allowed {
+		next.ServeHTTP(w, r)
+	}
 }
 
 // Verdicts are large (a few outcomes inline, so that a request allocates

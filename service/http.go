@@ -159,8 +159,14 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	return RequireToken(token, mux)
+}
+
+// RequireToken guards h with a bearer token: a request without
+// "Authorization: Bearer <token>" gets 401. An empty token guards nothing.
+func RequireToken(token string, h http.Handler) http.Handler {
 	if token == "" {
-		return mux
+		return h
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -169,7 +175,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 

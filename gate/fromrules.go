@@ -1,0 +1,87 @@
+package gate
+
+import (
+	"fmt"
+
+	"github.com/floodgate/floodgate/rules"
+)
+
+// FromRules returns the limits that the http sections of cfg's rules files
+// declare, for a Config whose Rules is cfg: a route with its own
+// rate_limit carries that policy, and the others are decided by their
+// domain's descriptors, the route's key parts being the entries. Limits
+// are named "domain/route".
+func FromRules(cfg *rules.Config) ([]Limit, error) {
+	var out []Limit
+	for _, d := range cfg.Domains() {
+		for _, rt := range d.HTTP() {
+			l := Limit{
+				Name:           d.Name + "/" + rt.Name,
+				Domain:         d.Name,
+				Match:          Match{Hosts: rt.Hosts, PathPrefix: rt.PathPrefix, Path: rt.Path, Methods: rt.Methods},
+				Cost:           rt.Cost,
+				Status:         rt.Status,
+				MaxDelay:       rt.MaxDelay,
+				Redirect:       rt.Redirect,
+				RedirectStatus: rt.RedirectStatus,
+				Ban:            BanRule{Threshold: rt.Ban.Threshold, Interval: rt.Ban.Interval, Duration: rt.Ban.Duration},
+				ExemptNets:     rt.ExemptCIDRs,
+			}
+			a, err := ParseAction(rt.Action)
+			if rt.Action == "" {
+				a, err = Deny, nil
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: http route %s: %w", rt.File, rt.Line, rt.Name, err)
+			}
+			l.Action = a
+			if rt.Limit != nil {
+				switch {
+				case rt.Limit.Unlimited:
+					continue
+				case rt.Limit.Blocked:
+					l.Blocked = true
+				default:
+					l.Policy = rt.Limit.Policy
+				}
+				if rt.Limit.ShadowMode {
+					l.Action = Shadow
+				}
+			}
+			for _, kp := range rt.Key {
+				p := Part{Name: kp.Name, Entry: kp.Entry}
+				switch kp.Kind {
+				case "remote_address":
+					p.Kind = PartIP
+				case "header":
+					p.Kind = PartHeader
+				case "cookie":
+					p.Kind = PartCookie
+				case "query":
+					p.Kind = PartQuery
+				case "path":
+					p.Kind = PartPath
+				case "method":
+					p.Kind = PartMethod
+				case "host":
+					p.Kind = PartHost
+				case "generic":
+					p.Kind = PartConst
+				default:
+					return nil, fmt.Errorf("%s:%d: http route %s: unknown key part %q", rt.File, rt.Line, rt.Name, kp.Kind)
+				}
+				switch kp.Missing {
+				case "", "ip":
+					p.Missing = MissingIP
+				case "shared":
+					p.Missing = MissingShared
+				case "skip":
+					p.Missing = MissingSkip
+				}
+				l.Key = append(l.Key, p)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
