@@ -34,6 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(context.Background(), args[1:], stdout, stderr)
+	case "proxy":
+		return proxy(context.Background(), args[1:], stdout, stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
 	case "check":
@@ -67,6 +69,7 @@ func usage(w io.Writer) {
 
 commands:
   serve      run the rate-limit service (floodgate serve -h for its flags)
+  proxy      a rate-limiting reverse proxy: floodgate proxy --upstream URL (floodgate proxy -h)
   validate   check rule files: floodgate validate DIR
   check      ask a running server: floodgate check --domain D --descriptor key=value
   bench      load-test a server's ShouldRateLimit (floodgate bench -h)

@@ -358,6 +358,9 @@ type ruleLoader struct {
 	files   map[string]*rules.Domain // by path: the last good version
 	sig     string
 	opts    rules.Options
+	// onLoad, when set, takes each reloaded configuration first; an error
+	// refuses the reload.
+	onLoad func(*rules.Config) error
 }
 
 func (l *ruleLoader) signature() (string, []string, error) {
@@ -445,6 +448,14 @@ func (l *ruleLoader) reload(force bool) {
 		l.log.Error("rules reload refused; the previous rules stay live", "err", err)
 		return
 	}
-	l.svc.SetRules(cfg)
+	if l.onLoad != nil {
+		if err := l.onLoad(cfg); err != nil {
+			l.log.Error("rules reload refused; the previous rules stay live", "err", err)
+			return
+		}
+	}
+	if l.svc != nil {
+		l.svc.SetRules(cfg)
+	}
 	l.log.Info("rules reloaded", "dir", l.dir, "refused_files", refused)
 }

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/httplimit"
+	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/rules"
+	"github.com/floodgate/floodgate/service"
+)
+
+// proxyConfig is what `floodgate proxy` is told, by flags or FLOODGATE_*
+// environment variables (flags win).
+type proxyConfig struct {
+	upstream, listen, adminAddr, adminToken string
+	rulesDir, dataDir, store                string
+	logLevel, logFormat                     string
+	trusted                                 string
+	ipv6Prefix                              int
+	xRateLimit, failClosed, calendarMonth   bool
+	drain, reloadEvery, storeTimeout        time.Duration
+}
+
+func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
+	c := &proxyConfig{}
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v, ok := os.LookupEnv("FLOODGATE_" + name); ok {
+			return v
+		}
+		return def
+	}
+	envBool := func(name string) bool { v := env(name, ""); return v == "1" || v == "true" }
+	envDur := func(name string, def time.Duration) time.Duration {
+		if d, err := time.ParseDuration(env(name, "")); err == nil {
+			return d
+		}
+		return def
+	}
+	fs.StringVar(&c.upstream, "upstream", env("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
+	fs.StringVar(&c.listen, "listen", env("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
+	fs.StringVar(&c.adminAddr, "admin-addr", env("ADMIN_ADDR", "127.0.0.1:6071"), "admin address: /metrics, /healthz, /readyz, the admin API [FLOODGATE_ADMIN_ADDR]")
+	fs.StringVar(&c.adminToken, "admin-token", env("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
+	fs.StringVar(&c.rulesDir, "rules", env("RULES", ""), "directory of YAML rule files with http sections (default: the example rules) [FLOODGATE_RULES]")
+	fs.StringVar(&c.dataDir, "data", env("DATA", "floodgate-data"), "data directory: memory-store snapshots, the example rules [FLOODGATE_DATA]")
+	fs.StringVar(&c.store, "store", env("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL shared by a fleet of proxies [FLOODGATE_STORE]")
+	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
+	fs.StringVar(&c.logFormat, "log-format", env("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
+	fs.StringVar(&c.trusted, "trusted-proxies", env("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose Forwarded/X-Forwarded-For/X-Real-IP are believed [FLOODGATE_TRUSTED_PROXIES]")
+	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "IPv6 clients are keyed by this prefix length (128: each address)")
+	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
+	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
+	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC [FLOODGATE_CALENDAR_MONTH]")
+	fs.DurationVar(&c.drain, "drain-timeout", envDur("DRAIN_TIMEOUT", 10*time.Second), "on SIGTERM, how long in-flight requests may finish [FLOODGATE_DRAIN_TIMEOUT]")
+	fs.DurationVar(&c.reloadEvery, "reload-interval", envDur("RELOAD_INTERVAL", 2*time.Second), "how often the rules directory is checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", envDur("STORE_TIMEOUT", 50*time.Millisecond), "deadline of one Redis call [FLOODGATE_STORE_TIMEOUT]")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("proxy: unexpected argument %q", fs.Arg(0))
+	}
+	if c.upstream == "" {
+		return nil, errors.New("proxy: --upstream is required (the service to protect, http://host:port)")
+	}
+	return c, nil
+}
+
+func proxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := proxyFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	log, err := newLogger(&serveConfig{logLevel: c.logLevel, logFormat: c.logFormat}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if err := runProxy(ctx, c, log); err != nil {
+		log.Error("proxy: " + err.Error())
+		return 1
+	}
+	return 0
+}
+
+// proxyMetrics are the proxy's own metrics, beside the rules' reloads.
+type proxyMetrics struct {
+	requests  *prometheus.CounterVec
+	limits    *prometheus.CounterVec
+	upstream  prometheus.Counter
+	mu        sync.Mutex
+	limitKeys map[[2]string]prometheus.Counter
+}
+
+func (m *proxyMetrics) limit(name, outcome string) prometheus.Counter {
+	k := [2]string{name, outcome}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.limitKeys[k]
+	if !ok {
+		c = m.limits.WithLabelValues(name, outcome)
+		m.limitKeys[k] = c
+	}
+	return c
+}
+
+func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
+	if !isLoopback(c.adminAddr) && c.adminToken == "" {
+		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
+	}
+	up, err := url.Parse(c.upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host", c.upstream)
+	}
+	var trusted []netip.Prefix
+	for _, s := range strings.Split(c.trusted, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return fmt.Errorf("--trusted-proxies: %q is not a CIDR or an address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		trusted = append(trusted, p)
+	}
+	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
+		return fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("--data %s: %w", c.dataDir, err)
+	}
+	if c.rulesDir == "" {
+		dir := filepath.Join(c.dataDir, "example-rules")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "example.yaml"), rules.ExampleFile, 0o644); err != nil {
+			return err
+		}
+		c.rulesDir = dir
+		log.Info("no --rules given: using the example rules", "dir", dir)
+	}
+
+	metrics := service.NewMetrics()
+	pm := &proxyMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_requests_total",
+			Help: "Requests through the proxy by outcome (passed, refused, delayed, error)."}, []string{"outcome"}),
+		limits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_limit_decisions_total",
+			Help: "Decisions per http route (domain/route) and outcome (ok, over_limit, shadow_over_limit, banned)."}, []string{"limit", "outcome"}),
+		upstream: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_errors_total",
+			Help: "Requests the upstream could not answer (502)."}),
+		limitKeys: map[[2]string]prometheus.Counter{},
+	}
+	for _, col := range []prometheus.Collector{pm.requests, pm.limits, pm.upstream} {
+		if err := metrics.Register(col); err != nil {
+			return err
+		}
+	}
+
+	// The store.
+	var (
+		store    floodgate.Store
+		ready    service.Readiness
+		closeFns []func() error
+	)
+	if c.store == "memory" || c.store == "" {
+		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, "proxy-memstore.snapshot"), Logger: log})
+		if err != nil {
+			return err
+		}
+		store, closeFns = ms, append(closeFns, ms.Close)
+		ready = func() (bool, string) { return true, "ready: in-memory store" }
+	} else {
+		rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, Logger: log})
+		if err != nil {
+			return err
+		}
+		store, closeFns = rs, append(closeFns, rs.Close)
+		ready = func() (bool, string) {
+			if st := rs.Stats(); st.Breaker {
+				return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
+			}
+			return true, "ready: Redis store"
+		}
+	}
+
+	// The middleware, rebuilt on every reload; state lives in the store.
+	var mw atomic.Pointer[httplimit.Middleware]
+	observe := func(r *http.Request, v *gate.Verdict) {
+		for i := range v.Outcomes {
+			o := &v.Outcomes[i]
+			outcome := "ok"
+			switch {
+			case o.Banned:
+				outcome = "banned"
+			case o.Over:
+				outcome = "over_limit"
+			case !o.Decision.Allowed:
+				outcome = "shadow_over_limit"
+			}
+			pm.limit(o.Limit.Name, outcome).Inc()
+		}
+		switch {
+		case v.Err != nil && v.Deciding == nil:
+			pm.requests.WithLabelValues("error").Inc()
+		case !v.Allowed:
+			pm.requests.WithLabelValues("refused").Inc()
+		case v.Delayed > 0:
+			pm.requests.WithLabelValues("delayed").Inc()
+		default:
+			pm.requests.WithLabelValues("passed").Inc()
+		}
+	}
+	build := func(cfg *rules.Config) error {
+		limits, err := gate.FromRules(cfg)
+		if err != nil {
+			return err
+		}
+		m, err := httplimit.New(httplimit.Options{Legacy: c.xRateLimit, Observe: observe, Config: gate.Config{
+			Limits: limits, Store: store, Rules: cfg, FailClosed: c.failClosed, Logger: log,
+			ClientIP: gate.ClientIP{TrustedProxies: trusted, IPv6Prefix: c.ipv6Prefix},
+		}})
+		if err != nil {
+			return err
+		}
+		mw.Store(m)
+		log.Info("http routes live", "routes", len(limits))
+		return nil
+	}
+	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
+		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: build}
+	cfg, err := loader.load()
+	if err != nil {
+		return err
+	}
+	if err := build(cfg); err != nil {
+		return err
+	}
+	// The admin API: the service's (rules, keys) on the same store and
+	// rules, plus bans.
+	svc := service.New(cfg, service.Options{Store: store, Metrics: metrics, Logger: log})
+	loader.svc = svc
+
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			pr.Out.Host = pr.In.Host
+			// Keep the chain only from a trusted proxy; else the client's
+			// own claims are dropped and its address starts the chain.
+			if peer := gate.PeerAddr(pr.In.RemoteAddr); trustedPeer(trusted, peer) {
+				if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = xff
+				}
+			}
+			pr.SetXForwarded()
+		},
+		FlushInterval: -1, // stream: server-sent events and long bodies go out as they come
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   1024,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: 0,
+			ForceAttemptHTTP2:     false,
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			pm.upstream.Inc()
+			if errors.Is(err, context.Canceled) {
+				return // the client left
+			}
+			log.Warn("upstream unreachable", "upstream", up.Redacted(), "err", err)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, "floodgate proxy: the upstream %s did not answer: %v\n", up.Redacted(), err)
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mw.Load().ServeNext(w, r, rp)
+	})
+
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		io.WriteString(w, why+"\n")
+	})
+	admin.Handle("POST /v1/bans/lift", service.RequireToken(c.adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Limit, Key string }
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body); err != nil || body.Limit == "" || body.Key == "" {
+			http.Error(w, `want {"limit":"domain/route","key":"..."}`, http.StatusBadRequest)
+			return
+		}
+		if err := mw.Load().Gate().Lift(r.Context(), body.Limit, body.Key); err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		io.WriteString(w, "lifted\n")
+	})))
+	admin.Handle("/", svc.AdminHandler(c.adminToken))
+
+	pl, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("proxy listener %s: %w", c.listen, err)
+	}
+	log.Info("listening", "api", "proxy", "addr", pl.Addr().String(), "upstream", up.Redacted())
+	al, err := net.Listen("tcp", c.adminAddr)
+	if err != nil {
+		pl.Close()
+		return fmt.Errorf("admin listener %s: %w", c.adminAddr, err)
+	}
+	log.Info("listening", "api", "admin", "addr", al.Addr().String())
+	ps := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	as := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for _, s := range []struct {
+		srv *http.Server
+		l   net.Listener
+	}{{ps, pl}, {as, al}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.srv.Serve(s.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(c.reloadEvery)
+	defer tick.Stop()
+	log.Info("floodgate proxy serving", "store", redactStore(c.store), "rules", c.rulesDir)
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			log.Error("listener failed", "err", err)
+			break loop
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				loader.reload(true)
+				continue
+			}
+			log.Info("draining", "signal", s.String(), "timeout", c.drain)
+			break loop
+		case <-tick.C:
+			loader.reload(false)
+		}
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
+	defer cancel()
+	ps.Shutdown(dctx)
+	as.Shutdown(dctx)
+	wg.Wait()
+	mw.Load().Close()
+	for i := len(closeFns) - 1; i >= 0; i-- {
+		if err := closeFns[i](); err != nil {
+			log.Error("close", "err", err)
+		}
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func trustedPeer(trusted []netip.Prefix, a netip.Addr) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
