@@ -55,6 +55,7 @@ type server struct {
 	log               bytes.Buffer
 	done              chan struct{}
 	exit              error
+	addrs             map[string]string // by API, as logged
 }
 
 func startServer(t *testing.T, args ...string) *server {
@@ -74,7 +75,16 @@ func startServerNoClient(t *testing.T, args ...string) *server {
 	t.Helper()
 	args = append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--admin-addr", "127.0.0.1:0", "--log-format", "json", "--reload-interval", "100ms"}, args...)
-	s := &server{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	s := startBinary(t, args, "grpc", "http", "admin")
+	s.grpc, s.http, s.admin = s.addrs["grpc"], s.addrs["http"], s.addrs["admin"]
+	return s
+}
+
+// startBinary runs the floodgate binary with args (which must ask for JSON
+// logs) until it has logged a listening address for each of apis.
+func startBinary(t *testing.T, args []string, apis ...string) *server {
+	t.Helper()
+	s := &server{cmd: exec.Command(binary, args...), done: make(chan struct{}), addrs: map[string]string{}}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +92,7 @@ func startServerNoClient(t *testing.T, args ...string) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 3)
+	addrs := make(chan [2]string, len(apis))
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -93,27 +103,23 @@ func startServerNoClient(t *testing.T, args ...string) *server {
 			s.logMu.Unlock()
 			var m struct{ Msg, API, Addr string }
 			if json.Unmarshal(line, &m) == nil && m.Msg == "listening" {
-				addrs <- [2]string{m.API, m.Addr}
+				select {
+				case addrs <- [2]string{m.API, m.Addr}:
+				default:
+				}
 			}
 		}
 	}()
 	go func() { s.exit = s.cmd.Wait(); close(s.done) }()
 	timeout := time.After(60 * time.Second)
-	for s.grpc == "" || s.http == "" || s.admin == "" {
+	for len(s.addrs) < len(apis) {
 		select {
 		case a := <-addrs:
-			switch a[0] {
-			case "grpc":
-				s.grpc = a[1]
-			case "http":
-				s.http = a[1]
-			case "admin":
-				s.admin = a[1]
-			}
+			s.addrs[a[0]] = a[1]
 		case <-s.done:
-			t.Fatalf("floodgate serve exited: %v\n%s", s.exit, s.logs())
+			t.Fatalf("floodgate %s exited: %v\n%s", args[0], s.exit, s.logs())
 		case <-timeout:
-			t.Fatalf("floodgate serve did not listen in time\n%s", s.logs())
+			t.Fatalf("floodgate %s did not listen in time\n%s", args[0], s.logs())
 		}
 	}
 	t.Cleanup(func() { s.stop(t) })
