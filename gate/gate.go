@@ -713,7 +713,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	}
 	if err != nil {
 		v.Err = err
-		g.logf("floodgate: the store failed; requests %s meanwhile", "err", err)
+		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)
 		v.Allowed = !g.cfg.FailClosed
 		if !v.Allowed {
 			v.Deciding = &v.Outcomes[0]
@@ -762,7 +762,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		shadow := l.Action == Shadow || o.ruleLm != nil && o.ruleLm.ShadowMode
 		o.Over = !o.Decision.Allowed && !shadow
 		if !o.Decision.Allowed && shadow {
-			g.logf("floodgate: shadow limit %s would refuse key %s", "limit", l.Name)
+			g.logf("floodgate: a shadow limit would refuse a request", "limit", l.Name)
 		}
 		if o.Over {
 			v.Allowed = false
@@ -770,7 +770,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	}
 	if len(banOps) > 0 {
 		if err := g.store.DoBatch(context.WithoutCancel(ctx), now, banOps, make([]floodgate.Decision, len(banOps))); err != nil {
-			g.logf("floodgate: recording a ban failed: %s", "err", err)
+			g.logf("floodgate: recording a ban failed", "err", err)
 		}
 	}
 	if !v.Allowed {
@@ -784,7 +784,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		if len(refunds) > 0 {
 			if err := g.store.DoBatch(context.WithoutCancel(ctx), now, refunds, make([]floodgate.Decision, len(refunds))); err != nil {
-				g.logf("floodgate: a refund failed: %s", "err", err)
+				g.logf("floodgate: a refund failed", "err", err)
 			}
 		}
 	}

@@ -71,7 +71,7 @@ func (g *Gate) remote(ctx context.Context, r *Request, v *Verdict) {
 	}
 	if err != nil {
 		v.Err = err
-		g.logf("floodgate: the rate limit service failed; requests %s meanwhile", "err", err)
+		g.logf("floodgate: the rate limit service failed; the gate's failure policy decides meanwhile", "err", err)
 		v.Allowed = !g.cfg.FailClosed
 		for i := range v.Outcomes {
 			v.Outcomes[i].op = -1
