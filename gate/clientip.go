@@ -232,6 +232,9 @@ func (c *ClientIP) appendGroup(dst []byte, a netip.Addr) []byte {
 // PeerAddr parses a connection's remote address ("192.0.2.1:5678",
 // "[2001:db8::1]:443", or an address alone).
 func PeerAddr(s string) netip.Addr {
+	if a, ok := parseV4Port(s); ok {
+		return a
+	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		return ap.Addr().Unmap().WithZone("")
 	}
@@ -239,4 +242,55 @@ func PeerAddr(s string) netip.Addr {
 		return a.Unmap().WithZone("")
 	}
 	return netip.Addr{}
+}
+
+// parseV4Port is the fast path of PeerAddr: "a.b.c.d" or "a.b.c.d:port"
+// as strict as netip.
+func parseV4Port(s string) (netip.Addr, bool) {
+	var b [4]byte
+	i, val, digits := 0, 0, 0
+	for n := 0; n < len(s); n++ {
+		c := s[n]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 1 && val == 0 {
+				return netip.Addr{}, false // a leading zero
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
+				return netip.Addr{}, false
+			}
+		case c == '.' || c == ':':
+			if digits == 0 || i > 3 || (c == '.') == (i == 3) {
+				return netip.Addr{}, false
+			}
+			b[i] = byte(val)
+			i, val, digits = i+1, 0, 0
+			if c == ':' {
+				port := s[n+1:]
+				if len(port) == 0 || len(port) > 5 {
+					return netip.Addr{}, false
+				}
+				p := 0
+				for j := 0; j < len(port); j++ {
+					if port[j] < '0' || port[j] > '9' {
+						return netip.Addr{}, false
+					}
+					p = p*10 + int(port[j]-'0')
+				}
+				if p > 65535 {
+					return netip.Addr{}, false
+				}
+				return netip.AddrFrom4(b), true
+			}
+		default:
+			return netip.Addr{}, false
+		}
+	}
+	if i != 3 || digits == 0 {
+		return netip.Addr{}, false
+	}
+	b[3] = byte(val)
+	return netip.AddrFrom4(b), true
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -121,6 +122,44 @@ func FuzzKeyParts(f *testing.F) {
 		}
 		if got := unescape(string(appendEscaped(nil, rawQuery))); got != rawQuery {
 			t.Fatalf("escape round trip: %q became %q", rawQuery, got)
+		}
+	})
+}
+
+func TestPeerAddrFastPathAgreesWithNetip(t *testing.T) {
+	for _, s := range []string{"192.0.2.1:80", "0.0.0.0:1", "255.255.255.255:65535", "1.2.3.4", "01.2.3.4:1", "1.2.3:4", "1.2.3.4.5:6",
+		"256.1.1.1:1", "1..2.3:4", "1.2.3.4:", ":1", "", "[::1]:80", "::1", "1.2.3.04:5", "10.0.0.1:x"} {
+		want := netip.Addr{}
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			want = ap.Addr()
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			want = a
+		}
+		if got, ok := parseV4Port(s); ok && got != want {
+			t.Errorf("%q: fast path %v, netip %v", s, got, want)
+		}
+		if got := PeerAddr(s); got != want {
+			t.Errorf("PeerAddr(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func FuzzPeerAddr(f *testing.F) {
+	f.Add("192.0.2.1:80")
+	f.Add("[2001:db8::1]:443")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseV4Port(s)
+		if !ok {
+			return
+		}
+		want, err := netip.ParseAddr(s)
+		if strings.IndexByte(s, ':') >= 0 {
+			var ap netip.AddrPort
+			ap, err = netip.ParseAddrPort(s)
+			want = ap.Addr()
+		}
+		if err != nil || want != got {
+			t.Fatalf("%q: fast path %v, netip %v %v", s, got, want, err)
 		}
 	})
 }

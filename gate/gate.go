@@ -188,6 +188,10 @@ type limit struct {
 	banBurst   int64
 }
 
+// maxOps bounds the store operations of one request (a Ban limit takes
+// three, any other one).
+const maxOps = 48
+
 // banGrain is the granularity of a ban's duration.
 const banGrain = 10 * time.Millisecond
 
@@ -210,6 +214,9 @@ func New(cfg Config) (*Gate, error) {
 		g.store, g.ownsMem = ms, ms
 	}
 	names := map[string]bool{}
+	if len(cfg.Limits) > maxOps/3 {
+		return nil, fmt.Errorf("gate: %d limits; at most %d", len(cfg.Limits), maxOps/3)
+	}
 	for i := range cfg.Limits {
 		l, err := g.compile(&cfg.Limits[i])
 		if err != nil {
@@ -648,7 +655,7 @@ func (g *Gate) Check(r *Request, v *Verdict) {
 
 // local decides the outcomes on the store, in one call.
 func (g *Gate) local(ctx context.Context, v *Verdict) {
-	var opBuf [8]floodgate.Op
+	var opBuf [4]floodgate.Op
 	ops := opBuf[:0]
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
@@ -680,8 +687,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			o.policy, key = m.Limit.Policy, l.Domain+"\x00"+m.Key
 			o.name = sfName(m.Limit.Name)
 		}
-		if len(ops)+3 > cap(opBuf) {
-			break // at most 8 operations a request: later limits are not enforced
+		if len(ops)+3 > maxOps {
+			break // later limits are not enforced; New refuses so many
 		}
 		if l.banMarker != nil {
 			o.banOp = int8(len(ops))
@@ -696,20 +703,21 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			ops = append(ops, o.policy.Op(floodgate.OpAllow, key, l.Cost, 0))
 		}
 	}
-	var decBuf [8]floodgate.Decision
-	decs := decBuf[:len(ops)]
+	var one [1]floodgate.Decision
+	var decs []floodgate.Decision
 	var err error
 	now := g.clock.NowMicro()
 	switch len(ops) {
 	case 0:
 	case 1:
-		decs[0], err = g.store.Do(ctx, now, ops[0])
+		one[0], err = g.store.Do(ctx, now, ops[0])
+		decs = one[:]
 	default:
 		// The store keeps neither slice, but escape analysis cannot see
 		// through the interface: give it heap copies.
 		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
 		err = g.store.DoBatch(ctx, now, batch, out)
-		copy(decs, out)
+		decs = out
 	}
 	if err != nil {
 		v.Err = err

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/ratehdr"
@@ -91,17 +92,52 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 			name = o.l.sfName
 		}
 	}
-	var buf [96]byte
-	set(HeaderRateLimit, []string{string(ratehdr.AppendLimit(buf[:0], name, d.Remaining, reset))})
+	set(HeaderRateLimit, limitValue(name, d.Remaining, reset))
 	secs := ratehdr.CeilSeconds(reset)
 	if !v.Allowed {
-		set(HeaderRetryAfter, []string{strconv.FormatInt(max(secs, 1), 10)})
+		set(HeaderRetryAfter, intValue(max(secs, 1)))
 	}
 	if legacy {
-		set(HeaderLimit, []string{strconv.FormatInt(max(d.Limit, 0), 10)})
-		set(HeaderRemaining, []string{strconv.FormatInt(max(d.Remaining, 0), 10)})
-		set(HeaderReset, []string{strconv.FormatInt(secs, 10)})
+		set(HeaderLimit, intValue(max(d.Limit, 0)))
+		set(HeaderRemaining, intValue(max(d.Remaining, 0)))
+		set(HeaderReset, intValue(secs))
 	}
+}
+
+// smallInts are header values for 0..len-1, shared: a slice of one
+// string, its capacity its length, so that an append copies it.
+var smallInts = func() [][]string {
+	out := make([][]string, 1024)
+	for i := range out {
+		out[i] = []string{strconv.Itoa(i)}
+	}
+	return out
+}()
+
+func intValue(n int64) []string {
+	if n >= 0 && n < int64(len(smallInts)) {
+		return smallInts[n]
+	}
+	return []string{strconv.FormatInt(n, 10)}
+}
+
+// limitHolder is a RateLimit value and its bytes in one allocation.
+type limitHolder struct {
+	vals [1]string
+	buf  [80]byte
+}
+
+// limitValue renders a RateLimit field value in one allocation.
+func limitValue(name string, remaining int64, reset time.Duration) []string {
+	h := new(limitHolder)
+	b := ratehdr.AppendLimit(h.buf[:0], name, remaining, reset)
+	if len(b) > len(h.buf) || len(b) == 0 {
+		// a long name: the buffer was outgrown
+		return []string{string(b)}
+	}
+	// The string shares the holder's bytes, written once and never again.
+	h.vals[0] = unsafe.String(&h.buf[0], len(b))
+	return h.vals[:]
 }
 
 // policyItems renders an outcome's RateLimit-Policy items.
