@@ -7,31 +7,27 @@ import (
 )
 
 // lazyTimeout is context.WithTimeout without its cost where nobody waits:
-// a lookup answered from memory (an overrides cache hit) never asks for Done
-// or Err, and then no timer is made and nothing is linked to the parent.
-// The first Done or Err makes the real context (with its deadline as set
-// when lazyTimeout was made); stop cancels it.
+// a lookup answered from memory (an overrides cache hit) never asks for
+// Done, Err or Deadline, and then no clock is read, no timer made and
+// nothing linked to the parent. The first of them makes the real context,
+// whose deadline is timeout from then (or the parent's, if earlier); stop
+// cancels it.
 type lazyTimeout struct {
-	parent   context.Context
-	deadline time.Time
-	once     sync.Once
-	ctx      context.Context
-	cancel   context.CancelFunc
+	parent  context.Context
+	timeout time.Duration
+	once    sync.Once
+	ctx     context.Context
+	cancel  context.CancelFunc
 }
 
-// withLazyTimeout returns ctx bounded by timeout from now: ctx itself when
-// its own deadline comes first (nothing to stop), else a *lazyTimeout,
-// which the caller must stop when done with it.
-func withLazyTimeout(ctx context.Context, timeout time.Duration) context.Context {
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
-		return ctx
-	}
-	return &lazyTimeout{parent: ctx, deadline: deadline}
+// withLazyTimeout returns ctx bounded by timeout, lazily. The caller must
+// stop it when done with it.
+func withLazyTimeout(ctx context.Context, timeout time.Duration) *lazyTimeout {
+	return &lazyTimeout{parent: ctx, timeout: timeout}
 }
 
 func (c *lazyTimeout) start() {
-	c.once.Do(func() { c.ctx, c.cancel = context.WithDeadline(c.parent, c.deadline) })
+	c.once.Do(func() { c.ctx, c.cancel = context.WithTimeout(c.parent, c.timeout) })
 }
 
 // stop releases the context's resources, if it made any; afterwards it is
@@ -49,7 +45,7 @@ var canceledContext = func() context.Context {
 	return ctx
 }()
 
-func (c *lazyTimeout) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *lazyTimeout) Deadline() (time.Time, bool) { c.start(); return c.ctx.Deadline() }
 func (c *lazyTimeout) Done() <-chan struct{}       { c.start(); return c.ctx.Done() }
 func (c *lazyTimeout) Err() error                  { c.start(); return c.ctx.Err() }
 func (c *lazyTimeout) Value(key any) any           { return c.parent.Value(key) }

@@ -8,12 +8,15 @@ import (
 )
 
 func TestLazyTimeout(t *testing.T) {
-	// The caller's earlier deadline wins: no wrapper.
+	// The caller's earlier deadline wins.
 	parent, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	if got := withLazyTimeout(parent, time.Hour); got != parent {
-		t.Fatal("a context with an earlier deadline must be used as it is")
+	pdl, _ := parent.Deadline()
+	early := withLazyTimeout(parent, time.Hour)
+	if dl, ok := early.Deadline(); !ok || !dl.Equal(pdl) {
+		t.Fatalf("deadline %v, want the parent's %v", dl, pdl)
 	}
+	early.stop()
 
 	// Expires at its deadline, as context.WithTimeout.
 	ctx := withLazyTimeout(context.Background(), 20*time.Millisecond)
@@ -31,15 +34,19 @@ func TestLazyTimeout(t *testing.T) {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("err %v", ctx.Err())
 	}
-	ctx.(*lazyTimeout).stop()
+	ctx.stop()
 
-	// Err past the deadline without anyone waiting on Done.
+	// Err past the deadline without anyone waiting on Done; the timeout
+	// runs from the first use.
 	ctx = withLazyTimeout(context.Background(), time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("expired before its first use")
+	}
 	time.Sleep(3 * time.Millisecond)
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("err %v", ctx.Err())
 	}
-	ctx.(*lazyTimeout).stop()
+	ctx.stop()
 
 	// The parent's cancellation and values pass through.
 	type key struct{}
@@ -58,11 +65,11 @@ func TestLazyTimeout(t *testing.T) {
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatalf("err %v", ctx.Err())
 	}
-	ctx.(*lazyTimeout).stop()
+	ctx.stop()
 
 	// Stopped before anyone waited: cancelled from then on.
 	ctx = withLazyTimeout(context.Background(), time.Hour)
-	ctx.(*lazyTimeout).stop()
+	ctx.stop()
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatalf("after stop: %v", ctx.Err())
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -38,7 +39,30 @@ type Metrics struct {
 	// labels on every call.
 	counters   sync.Map // counterKey → prometheus.Counter
 	histograms sync.Map // domain → prometheus.Observer
+
+	// The same, resolved further: one entry per domain for its requests,
+	// one per limit of the rules (by pointer) for its decisions, each
+	// holding its children as they are first used.
+	domainSeries sync.Map // domain → *domainSeries
+	limitSeries  sync.Map // *rules.Limit → *limitSeries
+	nLimitSeries atomic.Int64
 }
+
+// domainSeries are a domain's request counters (ok, over_limit, error) and
+// latency histogram.
+type domainSeries struct {
+	codes   [3]atomic.Pointer[prometheus.Counter]
+	latency prometheus.Observer
+}
+
+var requestCodes = [...]string{"ok", "over_limit", "error"}
+
+// limitSeries are a limit's decision counters, by outcome.
+type limitSeries struct {
+	outcomes [6]atomic.Pointer[prometheus.Counter]
+}
+
+var decisionOutcomes = [...]string{"ok", "over_limit", "shadow_over_limit", "degraded_ok", "degraded_over_limit", "degraded_shadow_over_limit"}
 
 type counterKey struct {
 	vec     *prometheus.CounterVec
@@ -117,36 +141,80 @@ func (m *Metrics) observeRequest(domain string, resp *rlsv3.RateLimitResponse, e
 	if len(domain) > 128 {
 		domain = domain[:128]
 	}
-	code := "ok"
+	code := 0 // ok
 	switch {
 	case errors.Is(err, errBadRequest):
-		code, domain = "invalid", "" // not a domain we know: no label per garbage
+		// not a domain we know: no label per garbage
+		m.counter(m.requests, "", "invalid").Inc()
+		return
 	case err != nil:
-		code = "error"
+		code = 2
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
+		code = 1
 	}
-	m.counter(m.requests, domain, code).Inc()
+	ds := m.domain(domain)
+	cp := ds.codes[code].Load()
+	if cp == nil {
+		c := m.counter(m.requests, domain, requestCodes[code])
+		cp = &c
+		ds.codes[code].Store(cp)
+	}
+	(*cp).Inc()
 	if err == nil {
-		m.histogram(domain).Observe(took.Seconds())
+		ds.latency.Observe(took.Seconds())
 	}
 }
 
+func (m *Metrics) domain(domain string) *domainSeries {
+	if v, ok := m.domainSeries.Load(domain); ok {
+		return v.(*domainSeries)
+	}
+	v, _ := m.domainSeries.LoadOrStore(domain, &domainSeries{latency: m.histogram(domain)})
+	return v.(*domainSeries)
+}
+
 func (m *Metrics) observeDecision(domain string, l *rules.Limit, key string, d *floodgate.Decision) {
-	outcome := "ok"
+	outcome := 0 // ok
 	if !d.Allowed {
-		outcome = "over_limit"
+		outcome = 1 // over_limit
 		if l.ShadowMode {
-			outcome = "shadow_over_limit"
+			outcome = 2 // shadow_over_limit
 		}
 	}
 	if d.Degraded {
-		outcome = "degraded_" + outcome
+		outcome += 3
 	}
-	m.counter(m.decisions, domain, l.Name, outcome).Inc()
+	if l.Policy == nil {
+		// a request's own limit: a fresh *rules.Limit each time
+		m.counter(m.decisions, domain, l.Name, decisionOutcomes[outcome]).Inc()
+	} else {
+		ls := m.limit(l)
+		cp := ls.outcomes[outcome].Load()
+		if cp == nil {
+			c := m.counter(m.decisions, domain, l.Name, decisionOutcomes[outcome])
+			cp = &c
+			ls.outcomes[outcome].Store(cp)
+		}
+		(*cp).Inc()
+	}
 	if l.DetailedMetric {
 		m.detailed.add(domain, l.Name, key, d.Allowed)
 	}
+}
+
+// limit returns l's decision series. A limit belongs to one domain, so its
+// pointer names the pair; every reload brings new limits, and the old ones
+// are dropped when there are too many.
+func (m *Metrics) limit(l *rules.Limit) *limitSeries {
+	if v, ok := m.limitSeries.Load(l); ok {
+		return v.(*limitSeries)
+	}
+	if m.nLimitSeries.Add(1) > maxChildren {
+		m.limitSeries.Clear()
+		m.nLimitSeries.Store(1)
+	}
+	v, _ := m.limitSeries.LoadOrStore(l, &limitSeries{})
+	return v.(*limitSeries)
 }
 
 // topValues is a collector of per-value decision counts, one Space-Saving

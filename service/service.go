@@ -424,9 +424,7 @@ func (s *Service) override(ctx context.Context, domain, key string) (overrides.O
 	}
 	lctx := withLazyTimeout(ctx, s.opts.OverrideTimeout)
 	o, ok, err := s.opts.Overrides.Get(lctx, domain, key)
-	if lt, isLazy := lctx.(*lazyTimeout); isLazy {
-		lt.stop()
-	}
+	lctx.stop()
 	if err != nil {
 		s.overrideFailed.Store(time.Now().UnixNano())
 	}
