@@ -27,10 +27,23 @@ import (
 // starting anything: exit 0 when all are good, 1 with each error (file,
 // line, field) otherwise.
 func validate(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: floodgate validate DIR|FILE...")
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	calendarMonth := fs.Bool("calendar-month", os.Getenv("FLOODGATE_CALENDAR_MONTH") == "1" || os.Getenv("FLOODGATE_CALENDAR_MONTH") == "true",
+		"unit: month is a calendar month, as serve and proxy take it [FLOODGATE_CALENDAR_MONTH]")
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: floodgate validate [--calendar-month] DIR|FILE..."); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
+	args = fs.Args()
+	if len(args) == 0 {
+		fs.Usage()
+		return 2
+	}
+	opts := rules.Options{CalendarMonth: *calendarMonth}
 	var files []string
 	for _, a := range args {
 		info, err := os.Stat(a)
@@ -54,7 +67,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		data, err := os.ReadFile(f)
 		if err == nil {
 			var d *rules.Domain
-			if d, err = rules.Parse(f, data); err == nil {
+			if d, err = rules.ParseWith(f, data, opts); err == nil {
 				domains = append(domains, d)
 				fmt.Fprintf(stdout, "ok    %s (domain %q)\n", f, d.Name)
 				continue

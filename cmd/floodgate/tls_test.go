@@ -161,4 +161,16 @@ func TestValidateCommand(t *testing.T) {
 	if code := run([]string{"validate", dir}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "bad.yaml:5") || !strings.Contains(errb.String(), "fortnight") {
 		t.Fatalf("validate a bad file: exit %d, want 1 naming bad.yaml:5\n%s", code, errb.String())
 	}
+
+	// A monthly token bucket is fine as 30 days, refused as a calendar
+	// month: validate must judge as serve --calendar-month would.
+	monthly := t.TempDir()
+	writeRules(t, monthly, "m.yaml", "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 5, algorithm: token_bucket}\n")
+	if code := run([]string{"validate", monthly}, &out, &errb); code != 0 {
+		t.Fatalf("monthly token bucket: exit %d", code)
+	}
+	errb.Reset()
+	if code := run([]string{"validate", "--calendar-month", monthly}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "calendar month") {
+		t.Fatalf("monthly token bucket with --calendar-month: exit %d\n%s", code, errb.String())
+	}
 }
