@@ -29,9 +29,12 @@ import (
 func validate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	calendarMonth := fs.Bool("calendar-month", os.Getenv("FLOODGATE_CALENDAR_MONTH") == "1" || os.Getenv("FLOODGATE_CALENDAR_MONTH") == "true",
+	calendarMonth := fs.Bool("calendar-month", envBool("CALENDAR_MONTH"),
 		"unit: month is a calendar month, as serve and proxy take it [FLOODGATE_CALENDAR_MONTH]")
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: floodgate validate [--calendar-month] DIR|FILE..."); fs.PrintDefaults() }
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: floodgate validate [--calendar-month] DIR|FILE...")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

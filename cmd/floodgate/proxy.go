@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -26,11 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/httplimit"
-	"github.com/floodgate/floodgate/memstore"
-	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -38,49 +34,24 @@ import (
 // proxyConfig is what `floodgate proxy` is told, by flags or FLOODGATE_*
 // environment variables (flags win).
 type proxyConfig struct {
-	upstream, listen, adminAddr, adminToken string
-	rulesDir, dataDir, store                string
-	logLevel, logFormat                     string
-	trusted                                 string
-	ipv6Prefix                              int
-	xRateLimit, failClosed, calendarMonth   bool
-	drain, reloadEvery, storeTimeout        time.Duration
+	commonConfig
+	upstream, listen       string
+	trusted                string
+	ipv6Prefix             int
+	xRateLimit, failClosed bool
 }
 
 func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	c := &proxyConfig{}
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv("FLOODGATE_" + name); ok {
-			return v
-		}
-		return def
-	}
-	envBool := func(name string) bool { v := env(name, ""); return v == "1" || v == "true" }
-	envDur := func(name string, def time.Duration) time.Duration {
-		if d, err := time.ParseDuration(env(name, "")); err == nil {
-			return d
-		}
-		return def
-	}
-	fs.StringVar(&c.upstream, "upstream", env("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
-	fs.StringVar(&c.listen, "listen", env("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
-	fs.StringVar(&c.adminAddr, "admin-addr", env("ADMIN_ADDR", "127.0.0.1:6071"), "admin address: /metrics, /healthz, /readyz, the admin API [FLOODGATE_ADMIN_ADDR]")
-	fs.StringVar(&c.adminToken, "admin-token", env("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
-	fs.StringVar(&c.rulesDir, "rules", env("RULES", ""), "directory of YAML rule files with http sections (default: the example rules) [FLOODGATE_RULES]")
-	fs.StringVar(&c.dataDir, "data", env("DATA", "floodgate-data"), "data directory: memory-store snapshots, the example rules [FLOODGATE_DATA]")
-	fs.StringVar(&c.store, "store", env("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL shared by a fleet of proxies [FLOODGATE_STORE]")
-	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
-	fs.StringVar(&c.logFormat, "log-format", env("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
-	fs.StringVar(&c.trusted, "trusted-proxies", env("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose Forwarded/X-Forwarded-For/X-Real-IP are believed [FLOODGATE_TRUSTED_PROXIES]")
+	c.register(fs, "memory-store snapshots, the example rules", "127.0.0.1:6071")
+	fs.StringVar(&c.upstream, "upstream", envString("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
+	fs.StringVar(&c.listen, "listen", envString("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
+	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose Forwarded/X-Forwarded-For/X-Real-IP are believed [FLOODGATE_TRUSTED_PROXIES]")
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "IPv6 clients are keyed by this prefix length (128: each address)")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
-	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC [FLOODGATE_CALENDAR_MONTH]")
-	fs.DurationVar(&c.drain, "drain-timeout", envDur("DRAIN_TIMEOUT", 10*time.Second), "on SIGTERM, how long in-flight requests may finish [FLOODGATE_DRAIN_TIMEOUT]")
-	fs.DurationVar(&c.reloadEvery, "reload-interval", envDur("RELOAD_INTERVAL", 2*time.Second), "how often the rules directory is checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", envDur("STORE_TIMEOUT", 50*time.Millisecond), "deadline of one Redis call [FLOODGATE_STORE_TIMEOUT]")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -102,7 +73,7 @@ func proxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	log, err := newLogger(&serveConfig{logLevel: c.logLevel, logFormat: c.logFormat}, stderr)
+	log, err := newLogger(&c.commonConfig, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -141,9 +112,6 @@ func (m *proxyMetrics) limit(name, outcome string) prometheus.Counter {
 }
 
 func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
-	if !isLoopback(c.adminAddr) && c.adminToken == "" {
-		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
-	}
 	up, err := url.Parse(c.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host", c.upstream)
@@ -166,19 +134,8 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
 		return fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
 	}
-	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
-		return fmt.Errorf("--data %s: %w", c.dataDir, err)
-	}
-	if c.rulesDir == "" {
-		dir := filepath.Join(c.dataDir, "example-rules")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "example.yaml"), rules.ExampleFile, 0o644); err != nil {
-			return err
-		}
-		c.rulesDir = dir
-		log.Info("no --rules given: using the example rules", "dir", dir)
+	if err := c.prepare(log); err != nil {
+		return err
 	}
 
 	metrics := service.NewMetrics()
@@ -197,32 +154,12 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 	}
 
-	// The store.
-	var (
-		store    floodgate.Store
-		ready    service.Readiness
-		closeFns []func() error
-	)
-	if c.store == "memory" || c.store == "" {
-		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, "proxy-memstore.snapshot"), Logger: log})
-		if err != nil {
-			return err
-		}
-		store, closeFns = ms, append(closeFns, ms.Close)
-		ready = func() (bool, string) { return true, "ready: in-memory store" }
-	} else {
-		rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, Logger: log})
-		if err != nil {
-			return err
-		}
-		store, closeFns = rs, append(closeFns, rs.Close)
-		ready = func() (bool, string) {
-			if st := rs.Stats(); st.Breaker {
-				return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
-			}
-			return true, "ready: Redis store"
-		}
+	st, err := c.openStore("proxy-memstore.snapshot", log)
+	if err != nil {
+		return err
 	}
+	store, ready := st.store, st.ready
+	closeFns := []func() error{st.close}
 
 	// The middleware, rebuilt on every reload; state lives in the store.
 	var mw atomic.Pointer[httplimit.Middleware]

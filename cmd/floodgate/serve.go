@@ -25,9 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/overrides"
-	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -35,52 +33,24 @@ import (
 // serveConfig is what `floodgate serve` is told, by flags or FLOODGATE_*
 // environment variables (flags win).
 type serveConfig struct {
-	rulesDir, dataDir                string
-	grpcAddr, httpAddr, adminAddr    string
-	adminToken                       string
-	store                            string
-	logLevel, logFormat              string
-	tlsCert, tlsKey, tlsClientCA     string
-	allowRequestLimits, xRateLimit   bool
-	calendarMonth                    bool
-	drain, reloadEvery, storeTimeout time.Duration
+	commonConfig
+	grpcAddr, httpAddr             string
+	tlsCert, tlsKey, tlsClientCA   string
+	allowRequestLimits, xRateLimit bool
 }
 
 func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv("FLOODGATE_" + name); ok {
-			return v
-		}
-		return def
-	}
-	envBool := func(name string) bool { v := env(name, ""); return v == "1" || v == "true" }
-	envDur := func(name string, def time.Duration) time.Duration {
-		if d, err := time.ParseDuration(env(name, "")); err == nil {
-			return d
-		}
-		return def
-	}
-	fs.StringVar(&c.rulesDir, "rules", env("RULES", ""), "directory of YAML rule files (default: an example rules file) [FLOODGATE_RULES]")
-	fs.StringVar(&c.dataDir, "data", env("DATA", "floodgate-data"), "data directory: overrides, memory-store snapshots [FLOODGATE_DATA]")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", env("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address (port 0: any free port) [FLOODGATE_GRPC_ADDR]")
-	fs.StringVar(&c.httpAddr, "http-addr", env("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
-	fs.StringVar(&c.adminAddr, "admin-addr", env("ADMIN_ADDR", "127.0.0.1:6070"), "admin API listen address [FLOODGATE_ADMIN_ADDR]")
-	fs.StringVar(&c.adminToken, "admin-token", env("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
-	fs.StringVar(&c.store, "store", env("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL [FLOODGATE_STORE]")
-	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
-	fs.StringVar(&c.logFormat, "log-format", env("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
-	fs.StringVar(&c.tlsCert, "tls-cert", env("TLS_CERT", ""), "TLS certificate for the gRPC and HTTP listeners [FLOODGATE_TLS_CERT]")
-	fs.StringVar(&c.tlsKey, "tls-key", env("TLS_KEY", ""), "TLS key [FLOODGATE_TLS_KEY]")
-	fs.StringVar(&c.tlsClientCA, "tls-client-ca", env("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
+	c.register(fs, "overrides, memory-store snapshots, the example rules", "127.0.0.1:6070")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address (port 0: any free port) [FLOODGATE_GRPC_ADDR]")
+	fs.StringVar(&c.httpAddr, "http-addr", envString("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
+	fs.StringVar(&c.tlsCert, "tls-cert", envString("TLS_CERT", ""), "TLS certificate for the gRPC and HTTP listeners [FLOODGATE_TLS_CERT]")
+	fs.StringVar(&c.tlsKey, "tls-key", envString("TLS_KEY", ""), "TLS key [FLOODGATE_TLS_KEY]")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", envString("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
 	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
-	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT (default: 30 days) [FLOODGATE_CALENDAR_MONTH]")
-	fs.DurationVar(&c.drain, "drain-timeout", envDur("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
-	fs.DurationVar(&c.reloadEvery, "reload-interval", envDur("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", envDur("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store [FLOODGATE_STORE_TIMEOUT]")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -96,10 +66,10 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	return c, nil
 }
 
-func newLogger(c *serveConfig, w io.Writer) (*slog.Logger, error) {
+func newLogger(c *commonConfig, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("serve: --log-level %q: want debug, info, warn or error", c.logLevel)
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch c.logFormat {
@@ -108,7 +78,7 @@ func newLogger(c *serveConfig, w io.Writer) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("serve: --log-format %q: want text or json", c.logFormat)
+	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
 }
 
 func isLoopback(addr string) bool {
@@ -133,7 +103,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	log, err := newLogger(c, stderr)
+	log, err := newLogger(&c.commonConfig, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -146,22 +116,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
-	if !isLoopback(c.adminAddr) && c.adminToken == "" {
-		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
-	}
-	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
-		return fmt.Errorf("--data %s: %w", c.dataDir, err)
-	}
-	if c.rulesDir == "" {
-		dir := filepath.Join(c.dataDir, "example-rules")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "example.yaml"), rules.ExampleFile, 0o644); err != nil {
-			return err
-		}
-		c.rulesDir = dir
-		log.Info("no --rules given: serving the example rules", "dir", dir)
+	if err := c.prepare(log); err != nil {
+		return err
 	}
 
 	metrics := service.NewMetrics()
@@ -179,31 +135,19 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		ready    service.Readiness
 		closeFns []func() error
 	)
-	if c.store == "memory" || c.store == "" {
-		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, "memstore.snapshot"), Logger: log})
-		if err != nil {
-			return err
-		}
-		store, closeFns = ms, append(closeFns, ms.Close)
-		ready = func() (bool, string) { return true, "ready: in-memory store" }
+	st, err := c.openStore("memstore.snapshot", log)
+	if err != nil {
+		return err
+	}
+	store, ready, closeFns = st.store, st.ready, append(closeFns, st.close)
+	if st.redis == nil {
 		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, "overrides.db"))
 		if err != nil {
 			return err
 		}
 		ovr = b
 	} else {
-		rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, Logger: log})
-		if err != nil {
-			return err
-		}
-		store, closeFns = rs, append(closeFns, rs.Close)
-		ready = func() (bool, string) {
-			if st := rs.Stats(); st.Breaker {
-				return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
-			}
-			return true, "ready: Redis store"
-		}
-		ovr = overrides.NewRedis(rs.Client(), "floodgate-overrides")
+		ovr = overrides.NewRedis(st.redis.Client(), "floodgate-overrides")
 	}
 	// Over Redis, other instances' changes arrive by pub/sub; the TTL is a
 	// backstop. Bolt is written only through this cache: no TTL needed.

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/rules"
+	"github.com/floodgate/floodgate/service"
+)
+
+// Flags read their defaults from FLOODGATE_* environment variables.
+
+func envString(name, def string) string {
+	if v, ok := os.LookupEnv("FLOODGATE_" + name); ok {
+		return v
+	}
+	return def
+}
+
+func envBool(name string) bool { v := envString(name, ""); return v == "1" || v == "true" }
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(envString(name, "")); err == nil {
+		return d
+	}
+	return def
+}
+
+// commonConfig is what serve and proxy are both told.
+type commonConfig struct {
+	rulesDir, dataDir                string
+	adminAddr, adminToken            string
+	store                            string
+	logLevel, logFormat              string
+	calendarMonth                    bool
+	drain, reloadEvery, storeTimeout time.Duration
+}
+
+// register adds the shared flags; dataUse and adminDefault differ by command.
+func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) {
+	fs.StringVar(&c.rulesDir, "rules", envString("RULES", ""), "directory of YAML rule files (default: the example rules file) [FLOODGATE_RULES]")
+	fs.StringVar(&c.dataDir, "data", envString("DATA", "floodgate-data"), "data directory: "+dataUse+" [FLOODGATE_DATA]")
+	fs.StringVar(&c.adminAddr, "admin-addr", envString("ADMIN_ADDR", adminDefault), "admin API listen address [FLOODGATE_ADMIN_ADDR]")
+	fs.StringVar(&c.adminToken, "admin-token", envString("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
+	fs.StringVar(&c.store, "store", envString("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL shared by a fleet [FLOODGATE_STORE]")
+	fs.StringVar(&c.logLevel, "log-level", envString("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
+	fs.StringVar(&c.logFormat, "log-format", envString("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
+	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT (default: 30 days) [FLOODGATE_CALENDAR_MONTH]")
+	fs.DurationVar(&c.drain, "drain-timeout", envDuration("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
+	fs.DurationVar(&c.reloadEvery, "reload-interval", envDuration("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store [FLOODGATE_STORE_TIMEOUT]")
+}
+
+// prepare checks the admin address, makes the data directory and, with no
+// --rules, writes the example rules there.
+func (c *commonConfig) prepare(log *slog.Logger) error {
+	if !isLoopback(c.adminAddr) && c.adminToken == "" {
+		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("--data %s: %w", c.dataDir, err)
+	}
+	if c.rulesDir == "" {
+		dir := filepath.Join(c.dataDir, "example-rules")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "example.yaml"), rules.ExampleFile, 0o644); err != nil {
+			return err
+		}
+		c.rulesDir = dir
+		log.Info("no --rules given: using the example rules", "dir", dir)
+	}
+	return nil
+}
+
+// openedStore is the store a command runs on.
+type openedStore struct {
+	store floodgate.Store
+	redis *redisstore.Store // nil in memory
+	ready service.Readiness
+	close func() error
+}
+
+// openStore opens --store: memory (snapshotted to snapshot in the data
+// directory) or Redis.
+func (c *commonConfig) openStore(snapshot string, log *slog.Logger) (*openedStore, error) {
+	if c.store == "memory" || c.store == "" {
+		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
+	}
+	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &openedStore{store: rs, redis: rs, close: rs.Close, ready: func() (bool, string) {
+		if st := rs.Stats(); st.Breaker {
+			return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
+		}
+		return true, "ready: Redis store"
+	}}, nil
+}
