@@ -24,20 +24,8 @@ const (
 
 func sfName(s string) string { return ratehdr.SFString(s) }
 
-func ruleWindow(r floodgate.Rule) time.Duration {
-	switch r.Calendar {
-	case floodgate.CalendarDay:
-		return 24 * time.Hour
-	case floodgate.CalendarWeek:
-		return 7 * 24 * time.Hour
-	case floodgate.CalendarMonth:
-		return 30 * 24 * time.Hour
-	}
-	return r.Period
-}
-
 func policyItem(sf string, r floodgate.Rule) string {
-	return ratehdr.PolicyItem(sf, r.Limit, ruleWindow(r))
+	return ratehdr.PolicyItem(sf, r.Limit, ratehdr.Window(r))
 }
 
 var warningValue = []string{`soft limit exceeded`}

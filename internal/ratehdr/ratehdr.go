@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate"
 )
 
 // MaxName bounds a policy name as rendered, in bytes.
@@ -66,4 +68,18 @@ func AppendLimit(dst []byte, name string, remaining int64, reset time.Duration) 
 	dst = strconv.AppendInt(dst, max(remaining, 0), 10)
 	dst = append(dst, ";t="...)
 	return strconv.AppendInt(dst, CeilSeconds(reset), 10)
+}
+
+// Window is a rule's window as the w parameter reports it: its period, or
+// its calendar unit's usual length (a month as 30 days).
+func Window(r floodgate.Rule) time.Duration {
+	switch r.Calendar {
+	case floodgate.CalendarDay:
+		return 24 * time.Hour
+	case floodgate.CalendarWeek:
+		return 7 * 24 * time.Hour
+	case floodgate.CalendarMonth:
+		return 30 * 24 * time.Hour
+	}
+	return r.Period
 }
