@@ -637,16 +637,7 @@ func policyWindow(p *floodgate.Policy) time.Duration {
 	if p == nil {
 		return 0
 	}
-	r := p.Rules()[0]
-	switch r.Calendar {
-	case floodgate.CalendarDay:
-		return 24 * time.Hour
-	case floodgate.CalendarWeek:
-		return 7 * 24 * time.Hour
-	case floodgate.CalendarMonth:
-		return 30 * 24 * time.Hour
-	}
-	return r.Period
+	return ratehdr.Window(p.Rules()[0])
 }
 
 // headers renders RateLimit-Policy and RateLimit per
