@@ -218,6 +218,26 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	svc := service.New(cfg, service.Options{Store: store, Metrics: metrics, Logger: log})
 	loader.svc = svc
 
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	std := &http.Transport{
+		DialContext:         dialer.DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		// Pass the client's Accept-Encoding as it is: never ask the
+		// upstream for gzip on the client's behalf and unpack it here.
+		DisableCompression: true,
+	}
+	var transport http.RoundTripper = std
+	if up.Scheme == "http" {
+		hostport := up.Host
+		if up.Port() == "" {
+			hostport = net.JoinHostPort(up.Hostname(), "80")
+		}
+		h1 := newH1Transport(hostport, dialer, std, 1024)
+		defer h1.CloseIdle()
+		transport = h1
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
@@ -235,18 +255,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		// events are flushed as they come anyway (httputil does), and a
 		// response of known length goes out in as few writes as it can.
 		BufferPool: copyBuffers{},
-		Transport: &http.Transport{
-			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   1024,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: 0,
-			ForceAttemptHTTP2:     false,
-			// Pass the client's Accept-Encoding as it is: never ask the
-			// upstream for gzip on the client's behalf and unpack it here.
-			DisableCompression: true,
-		},
+		Transport: transport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			pm.upstream.Inc()
 			if errors.Is(err, context.Canceled) {
