@@ -255,7 +255,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		// events are flushed as they come anyway (httputil does), and a
 		// response of known length goes out in as few writes as it can.
 		BufferPool: copyBuffers{},
-		Transport: transport,
+		Transport:  transport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			pm.upstream.Inc()
 			if errors.Is(err, context.Canceled) {
