@@ -13,6 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/internal/redistest"
 )
 
 // startProxy runs `floodgate proxy` in front of upstream with the rules in
@@ -319,5 +323,40 @@ func TestProxyUpstreamDown(t *testing.T) {
 	defer srv.Close()
 	if code, _, body := proxyGet(t, base+"/free"); code != 200 || body != "back" {
 		t.Fatalf("upstream back: %d %q", code, body)
+	}
+}
+
+// Two proxies on one Redis enforce one limit, and a `floodgate serve` on
+// the same Redis sees the same counts (the keys are the service's).
+func TestProxyFleetOnRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", proxyRules)
+	a := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
+	b := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for _, p := range []*server{a, b} {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 4 {
+					if code, _, _ := proxyGet(t, "http://"+p.addrs["proxy"]+"/keyed/", "X-API-Key", "fleet"); code == 200 {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if ok.Load() != 3 {
+		t.Fatalf("two proxies admitted %d, want exactly the limit of 3", ok.Load())
+	}
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	if resp := s.ask(t, "edge", desc("api_key", "fleet")); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("floodgate serve on the same Redis: %v, want OVER_LIMIT", resp.OverallCode)
 	}
 }
