@@ -390,12 +390,13 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 func (l *limit) matches(r *Request) bool {
 	m := &l.Match
 	if len(l.methods) > 0 {
-		if r.HTTP == nil {
+		method := r.method()
+		if method == "" {
 			return false
 		}
 		ok := false
 		for _, x := range l.methods {
-			ok = ok || x == r.HTTP.Method
+			ok = ok || x == method
 		}
 		if !ok {
 			return false
@@ -454,8 +455,22 @@ func (r *Request) host() string {
 	if r.HTTP != nil {
 		return r.HTTP.Host
 	}
+	if r.Raw != nil {
+		return r.Raw.Host
+	}
 	if v := r.MD[":authority"]; len(v) > 0 {
 		return v[0]
+	}
+	return ""
+}
+
+// method is the HTTP method ("" for gRPC).
+func (r *Request) method() string {
+	if r.HTTP != nil {
+		return r.HTTP.Method
+	}
+	if r.Raw != nil {
+		return r.Raw.Method
 	}
 	return ""
 }
@@ -463,6 +478,9 @@ func (r *Request) host() string {
 func (r *Request) path() string {
 	if r.HTTP != nil {
 		return r.HTTP.URL.Path
+	}
+	if r.Raw != nil {
+		return r.Raw.Path
 	}
 	return r.FullMethod
 }
@@ -482,9 +500,12 @@ func (g *Gate) clientAddr(r *Request) netip.Addr {
 	if !r.clientSet {
 		r.clientSet = true
 		peer := PeerAddr(r.Peer)
-		if r.HTTP != nil {
+		switch {
+		case r.HTTP != nil:
 			r.client = g.cfg.ClientIP.Resolve(peer, func(name string) []string { return r.HTTP.Header[http.CanonicalHeaderKey(name)] })
-		} else {
+		case r.Raw != nil:
+			r.client = g.cfg.ClientIP.Resolve(peer, func(name string) []string { return r.Raw.Header(http.CanonicalHeaderKey(name)) })
+		default:
 			r.client = g.cfg.ClientIP.Resolve(peer, func(name string) []string { return r.MD[strings.ToLower(name)] })
 		}
 	}
@@ -510,21 +531,25 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 			s = vs[0]
 		}
 	case PartCookie:
-		if r.HTTP != nil {
-			s, found = cookie(r.HTTP, p.Name)
-		} else {
-			found = false
+		s, found = cookie(r.headerValues("Cookie", "cookie"), p.Name)
+		if r.HTTP == nil && r.Raw == nil {
+			found = false // gRPC has no cookies
 		}
 	case PartQuery:
-		if r.HTTP != nil {
+		switch {
+		case r.HTTP != nil:
 			s, found = query(r.HTTP.URL.RawQuery, p.Name)
-		} else {
+		case r.Raw != nil:
+			s, found = query(r.Raw.RawQuery, p.Name)
+		default:
 			found = false
 		}
 	case PartPath:
 		s = r.path()
 	case PartRoute:
 		switch {
+		case r.Raw != nil:
+			s = r.Raw.Path
 		case r.HTTP == nil:
 			s = r.FullMethod
 		case g.cfg.Route != nil:
@@ -535,9 +560,7 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 			s = r.HTTP.URL.Path
 		}
 	case PartMethod:
-		if r.HTTP != nil {
-			s = r.HTTP.Method
-		} else {
+		if s = r.method(); s == "" {
 			s = r.FullMethod
 		}
 	case PartHost:

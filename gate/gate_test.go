@@ -441,3 +441,32 @@ func TestHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A request from another HTTP server, through RawHTTP, keys and matches as
+// a net/http one does.
+func TestRawRequest(t *testing.T) {
+	clk := clock.NewManual(t0)
+	p := policy(t, "k", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Minute})
+	hdr := http.Header{"X-Key": {"k1"}, "Cookie": {"sid=s1"}, "X-Forwarded-For": {"203.0.113.5"}}
+	raw := &RawHTTP{Method: "POST", Host: "api.example.com:8443", Path: "/v1/x", RawQuery: "a=1&b=2",
+		Header: func(name string) []string { return hdr[name] }}
+	g, err := New(Config{
+		Store: func() floodgate.Store { ms, _ := memstore.New(memstore.Options{Clock: clk, SweepInterval: -1}); t.Cleanup(func() { ms.Close() }); return ms }(),
+		Clock: clk, ClientIP: ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+		Limits: []Limit{{Name: "k", Policy: p, Match: Match{Methods: []string{"POST"}, Hosts: []string{"*.example.com"}, PathPrefix: "/v1/"},
+			Key: []Part{IP(), Header("X-Key"), Cookie("sid"), Query("b"), Method(), Path(), Host(), Route()}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := new(Verdict)
+	g.Check(&Request{Raw: raw, Peer: "10.1.1.1:5"}, v)
+	if len(v.Outcomes) != 1 || v.Outcomes[0].Key != "203.0.113.5|k1|s1|2|POST|/v1/x|api.example.com|/v1/x" {
+		t.Fatalf("outcomes %+v", v.Outcomes)
+	}
+	raw.Method = "GET"
+	g.Check(&Request{Raw: raw, Peer: "10.1.1.1:5"}, v)
+	if len(v.Outcomes) != 0 {
+		t.Fatal("a GET matched a POST limit")
+	}
+}

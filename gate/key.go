@@ -151,8 +151,10 @@ func UserFrom(ctx context.Context) (string, bool) {
 // A Request is what the gate sees of one request: an HTTP request, or a
 // gRPC call's method, metadata and peer.
 type Request struct {
-	// HTTP is the request, for HTTP.
+	// HTTP is the request, for net/http.
 	HTTP *http.Request
+	// Raw is the request, for another HTTP server (fasthttp, say).
+	Raw *RawHTTP
 	// FullMethod and MD describe a gRPC call ("/pkg.Service/Method").
 	FullMethod string
 	MD         metadata.MD
@@ -163,6 +165,14 @@ type Request struct {
 
 	client    netip.Addr
 	clientSet bool
+}
+
+// RawHTTP is an HTTP request as a server other than net/http sees it.
+type RawHTTP struct {
+	Method, Host, Path, RawQuery string
+	// Header returns every value of a header, named in canonical form
+	// ("X-Api-Key"), or nil.
+	Header func(canonicalName string) []string
 }
 
 // MaxValue bounds one key part's value in bytes; longer values keep their
@@ -211,12 +221,16 @@ func (r *Request) headerValues(canon, lower string) []string {
 	if r.HTTP != nil {
 		return r.HTTP.Header[canon]
 	}
+	if r.Raw != nil {
+		return r.Raw.Header(canon)
+	}
 	return r.MD[lower]
 }
 
-// cookie finds a cookie in the Cookie headers without parsing them all.
-func cookie(r *http.Request, name string) (string, bool) {
-	for _, line := range r.Header["Cookie"] {
+// cookie finds a cookie in the Cookie header lines without parsing them
+// all.
+func cookie(lines []string, name string) (string, bool) {
+	for _, line := range lines {
 		for len(line) > 0 {
 			var part string
 			if i := strings.IndexByte(line, ';'); i >= 0 {
