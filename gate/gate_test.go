@@ -451,7 +451,11 @@ func TestRawRequest(t *testing.T) {
 	raw := &RawHTTP{Method: "POST", Host: "api.example.com:8443", Path: "/v1/x", RawQuery: "a=1&b=2",
 		Header: func(name string) []string { return hdr[name] }}
 	g, err := New(Config{
-		Store: func() floodgate.Store { ms, _ := memstore.New(memstore.Options{Clock: clk, SweepInterval: -1}); t.Cleanup(func() { ms.Close() }); return ms }(),
+		Store: func() floodgate.Store {
+			ms, _ := memstore.New(memstore.Options{Clock: clk, SweepInterval: -1})
+			t.Cleanup(func() { ms.Close() })
+			return ms
+		}(),
 		Clock: clk, ClientIP: ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
 		Limits: []Limit{{Name: "k", Policy: p, Match: Match{Methods: []string{"POST"}, Hosts: []string{"*.example.com"}, PathPrefix: "/v1/"},
 			Key: []Part{IP(), Header("X-Key"), Cookie("sid"), Query("b"), Method(), Path(), Host(), Route()}}},
