@@ -85,19 +85,26 @@ func TestIPv6SlashSixtyFourSharesAKey(t *testing.T) {
 }
 
 func FuzzClientIP(f *testing.F) {
-	f.Add("10.0.0.1:80", "X-Forwarded-For", "203.0.113.9, 10.0.0.2")
-	f.Add("10.0.0.1:80", "Forwarded", `for="[2001:db8::1]:4711";proto=https, for=10.0.0.2`)
-	f.Add("[fd00::1]:1", "X-Real-IP", "::1")
-	f.Add("garbage", "Forwarded", `for="`)
+	f.Add("10.0.0.1:80", "203.0.113.9, 10.0.0.2", "", "")
+	f.Add("10.0.0.1:80", "", `for="[2001:db8::1]:4711";proto=https, for=10.0.0.2`, "")
+	f.Add("[fd00::1]:1", "", "", "::1")
+	f.Add("garbage", "1.2.3.4", `for="`, "x")
 	c := ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
 	c.normalize()
-	f.Fuzz(func(t *testing.T, peer, name, value string) {
+	f.Fuzz(func(t *testing.T, peer, xff, fwd, real string) {
 		h := http.Header{}
-		h.Add(name, value)
+		for k, v := range map[string]string{"X-Forwarded-For": xff, "Forwarded": fwd, "X-Real-Ip": real} {
+			if v != "" {
+				h.Add(k, v)
+			}
+		}
 		p := PeerAddr(peer)
 		a := c.Resolve(p, hdrFunc(h))
 		if !c.trusted(p) && a != p.Unmap().WithZone("") {
-			t.Fatalf("untrusted peer %s: resolved %s from %q: %q", p, a, name, value)
+			t.Fatalf("untrusted peer %s: resolved %s from %v", p, a, h)
+		}
+		if c.trusted(p) && a.IsValid() && a.Zone() != "" {
+			t.Fatalf("zone kept: %s", a)
 		}
 		c.appendGroup(nil, a)
 	})
