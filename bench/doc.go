@@ -6,5 +6,7 @@
 // It is a module of its own so that the main module never depends on the
 // competitors. The benchmarks live in the _test.go files; run.sh runs them
 // all and docs/BENCHMARKS.md reports the results. cmd/report turns a raw
-// results file into the tables of that report.
+// results file into the tables of that report. middleware.sh runs
+// BenchmarkMiddleware (the net/http middleware of Floodgate and its peers,
+// per request) and cmd/mwreport makes its table.
 package bench
