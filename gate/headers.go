@@ -106,7 +106,10 @@ func intValue(n int64) []string {
 	if n >= 0 && n < int64(len(smallInts)) {
 		return smallInts[n]
 	}
-	return []string{strconv.FormatInt(n, 10)}
+	h := new(limitHolder)
+	b := strconv.AppendInt(h.buf[:0], n, 10)
+	h.vals[0] = unsafe.String(&h.buf[0], len(b))
+	return h.vals[:]
 }
 
 // limitHolder is a RateLimit value and its bytes in one allocation.
