@@ -635,7 +635,7 @@ func (g *Gate) Check(r *Request, v *Verdict) {
 	ctx := r.ctx()
 	v.Allowed, v.Deciding, v.Delayed, v.Soft, v.Err = true, nil, 0, false, nil
 	v.Outcomes, v.RemoteHeaders = v.buf[:0], v.RemoteHeaders[:0]
-	var kb [256]byte
+	var kb [128]byte
 	for _, l := range g.limits {
 		if !l.matches(r) {
 			continue
