@@ -7,8 +7,10 @@
 #
 #   ./service.sh                  # DURATION=10s by default
 #   DURATION=20s ./service.sh
+#   FLOODGATE=/path/to/floodgate ./service.sh   # a binary built elsewhere (an A/B run)
+#   OUT=results/mine ./service.sh               # results/mine.txt and .md
 #
-# Output: results/service.txt (raw) and results/service.md (the table).
+# Output: results/service.txt (raw) and results/service.md (the table), or $OUT.txt and $OUT.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 DURATION=${DURATION:-10s}
@@ -17,8 +19,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-(cd .. && go build -o "$work/floodgate" ./cmd/floodgate)
-fg=$work/floodgate
+if [ -n "${FLOODGATE:-}" ]; then
+	fg=$(realpath "$FLOODGATE")
+else
+	(cd .. && go build -o "$work/floodgate" ./cmd/floodgate)
+	fg=$work/floodgate
+fi
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 mkdir -p "$work/rules"
@@ -48,8 +54,9 @@ sp=$(freeport)
 "$fg" serve --rules "$work/rules" --data "$work/red" --store redis://127.0.0.1:$rp --grpc-addr 127.0.0.1:$sp --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); red_pid=$!
 wait_port $sp
 
-mkdir -p results
-out=results/service.txt
+OUT=${OUT:-results/service}
+mkdir -p "$(dirname "$OUT")"
+out=$OUT.txt
 : > "$out"
 run() { # name addr pid args...
 	local name=$1 addr=$2 pid=$3; shift 3
@@ -61,5 +68,5 @@ for mode in "--concurrency 64" "--rate 5000"; do
 	run memory 127.0.0.1:$mp $mem_pid $mode
 	run redis 127.0.0.1:$sp $red_pid $mode
 done
-go run ./cmd/servicereport "$out" > results/service.md
-cat results/service.md
+go run ./cmd/servicereport "$out" > "$OUT.md"
+cat "$OUT.md"

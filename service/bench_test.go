@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -149,6 +150,9 @@ func (emptyRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv
 // connection, on the empty handler and on the service: cpu-ns/op is the
 // whole process's CPU (client and server) per call.
 func BenchmarkGRPC(b *testing.B) {
+	if os.Getenv("BENCH_GCFLOOR") != "" {
+		service.SetGCFloor(service.DefaultGCFloor)
+	}
 	for _, kind := range []string{"empty", "memory", "redis"} {
 		b.Run(kind, func(b *testing.B) {
 			var h rlsv3.RateLimitServiceServer = emptyRLS{}
@@ -159,7 +163,11 @@ func BenchmarkGRPC(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			gs := grpc.NewServer(service.GRPCOptions()...)
+			opts := service.GRPCOptions()
+			if n, err := strconv.Atoi(os.Getenv("BENCH_WORKERS")); err == nil {
+				opts = append(opts, grpc.NumStreamWorkers(uint32(n)))
+			}
+			gs := grpc.NewServer(opts...)
 			rlsv3.RegisterRateLimitServiceServer(gs, h)
 			go gs.Serve(lis)
 			b.Cleanup(gs.Stop)

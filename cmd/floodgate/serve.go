@@ -116,6 +116,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
+	service.SetGCFloor(service.DefaultGCFloor) // unless GOGC is set
 	if err := c.prepare(log); err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/floodgate/floodgate/service"
 )
 
 const usageText = `usage: floodgate bench --addr HOST:PORT [flags]
@@ -223,6 +225,7 @@ func serveEmpty(ctx context.Context, addr string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate bench: %v\n", err)
 		return 1
 	}
+	service.SetGCFloor(service.DefaultGCFloor) // as `floodgate serve` runs
 	s := EmptyServer(lis)
 	fmt.Fprintf(stderr, "floodgate bench: empty RateLimitService on %s (pid %d); interrupt to stop\n", lis.Addr(), os.Getpid())
 	<-ctx.Done()
