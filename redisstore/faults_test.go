@@ -214,3 +214,38 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 func containsPort(out string, port int) bool {
 	return slices.Contains(strings.Fields(out), strconv.Itoa(port))
 }
+
+// A caller whose deadline comes before the store's timeout is answered by
+// that deadline, and one with a later deadline at the timeout, by the
+// failure mode.
+func TestCallerDeadline(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := floodgate.NewLimiter(floodgate.MustPolicy("dl", floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Hour, OnStoreFailure: floodgate.FailOpen}), s)
+	if _, err := l.Allow(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	start := time.Now()
+	l.Allow(ctx, "k") //nolint:errcheck // the caller's error, or the failure mode if the socket's deadline fired first
+	cancel()
+	if el := time.Since(start); el > 30*time.Millisecond+faultMargin {
+		t.Fatalf("caller deadline 30ms, store timeout 1s: answered after %v", el)
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start = time.Now()
+	d, err := l.Allow(ctx, "k")
+	if el := time.Since(start); err != nil || !d.Degraded || el > time.Second+faultMargin {
+		t.Fatalf("caller deadline 10s, store timeout 1s: %+v, %v after %v, want a degraded decision at the timeout", d, err, el)
+	}
+}
