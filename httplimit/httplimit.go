@@ -18,6 +18,7 @@ package httplimit
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,32 @@ func (m *Middleware) Serve(w http.ResponseWriter, r *http.Request, v *gate.Verdi
 // default) and a short body, JSON when the client accepts JSON, else
 // text.
 func WriteRefusal(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
+	status, json, body := appendRefusal(nil, wantsJSON(r.Header["Accept"]), v)
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	if json {
+		h["Content-Type"] = jsonType
+	} else {
+		h["Content-Type"] = textType
+	}
+	w.WriteHeader(status)
+	w.Write(body) //nolint:errcheck // the client may be gone
+}
+
+// Refusal is WriteRefusal for another HTTP server (fasthttp, say): the
+// status, Content-Type and body of the default refusal of v, the body
+// appended to dst, for a client whose Accept header lines are accept.
+// The response also carries Cache-Control: no-store and the fields of
+// gate.Headers.
+func Refusal(dst []byte, accept []string, v *gate.Verdict) (status int, contentType string, body []byte) {
+	status, json, body := appendRefusal(dst, wantsJSON(accept), v)
+	if json {
+		return status, jsonType[0], body
+	}
+	return status, textType[0], body
+}
+
+func appendRefusal(dst []byte, json bool, v *gate.Verdict) (status int, isJSON bool, body []byte) {
 	status, name, retry := http.StatusTooManyRequests, "", int64(1)
 	if o := v.Deciding; o != nil {
 		status, name = o.Limit.Status, o.Limit.Name
@@ -126,17 +153,20 @@ func WriteRefusal(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
 	if v.Err != nil && v.Deciding != nil && v.Deciding.Decision.Reason == floodgate.ReasonStoreUnavailable {
 		status = http.StatusServiceUnavailable
 	}
-	h := w.Header()
-	h["Cache-Control"] = noStore
-	if wantsJSON(r) {
-		h["Content-Type"] = jsonType
-		w.WriteHeader(status)
-		w.Write([]byte(`{"error":"rate_limited","limit":` + strconv.Quote(name) + `,"retry_after":` + strconv.FormatInt(retry, 10) + "}\n")) //nolint:errcheck // the client may be gone
-		return
+	if json {
+		dst = slices.Grow(dst, 56+len(name)) // one allocation, mostly
+		dst = append(dst, `{"error":"rate_limited","limit":`...)
+		dst = strconv.AppendQuote(dst, name)
+		dst = append(dst, `,"retry_after":`...)
+		dst = strconv.AppendInt(dst, retry, 10)
+		return status, true, append(dst, "}\n"...)
 	}
-	h["Content-Type"] = textType
-	w.WriteHeader(status)
-	w.Write([]byte("rate limit exceeded (" + name + "); retry in " + strconv.FormatInt(retry, 10) + " s\n")) //nolint:errcheck // the client may be gone
+	dst = slices.Grow(dst, 40+len(name))
+	dst = append(dst, "rate limit exceeded ("...)
+	dst = append(dst, name...)
+	dst = append(dst, "); retry in "...)
+	dst = strconv.AppendInt(dst, retry, 10)
+	return status, false, append(dst, " s\n"...)
 }
 
 var (
@@ -145,15 +175,22 @@ var (
 	textType = []string{"text/plain; charset=utf-8"}
 )
 
-// wantsJSON reports whether the Accept header prefers JSON to text.
-func wantsJSON(r *http.Request) bool {
-	for _, a := range r.Header["Accept"] {
-		for _, t := range strings.Split(a, ",") {
+// wantsJSON reports whether the Accept header lines prefer JSON to text.
+func wantsJSON(accept []string) bool {
+	for _, a := range accept {
+		for a != "" {
+			var t string
+			if i := strings.IndexByte(a, ','); i >= 0 {
+				t, a = a[:i], a[i+1:]
+			} else {
+				t, a = a, ""
+			}
 			t, _, _ = strings.Cut(t, ";")
-			switch strings.TrimSpace(strings.ToLower(t)) {
-			case "application/json", "application/problem+json":
+			t = strings.TrimSpace(t)
+			switch {
+			case strings.EqualFold(t, "application/json"), strings.EqualFold(t, "application/problem+json"):
 				return true
-			case "text/plain", "text/html", "text/*":
+			case strings.EqualFold(t, "text/plain"), strings.EqualFold(t, "text/html"), strings.EqualFold(t, "text/*"):
 				return false
 			}
 		}
