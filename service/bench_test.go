@@ -106,6 +106,7 @@ func BenchmarkDecide(b *testing.B) {
 			var next atomic.Uint64
 			b.ReportAllocs()
 			b.SetParallelism(32)
+			cpu0 := processCPU()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				i := next.Add(7919)
@@ -117,6 +118,8 @@ func BenchmarkDecide(b *testing.B) {
 					}
 				}
 			})
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
