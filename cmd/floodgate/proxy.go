@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate/floodgate/gate"
-	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -161,46 +158,21 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	store, ready := st.store, st.ready
 	closeFns := []func() error{st.close}
 
-	// The middleware, rebuilt on every reload; state lives in the store.
-	var mw atomic.Pointer[httplimit.Middleware]
-	observe := func(r *http.Request, v *gate.Verdict) {
-		for i := range v.Outcomes {
-			o := &v.Outcomes[i]
-			outcome := "ok"
-			switch {
-			case o.Banned:
-				outcome = "banned"
-			case o.Over:
-				outcome = "over_limit"
-			case !o.Decision.Allowed:
-				outcome = "shadow_over_limit"
-			}
-			pm.limit(o.Limit.Name, outcome).Inc()
-		}
-		switch {
-		case v.Err != nil && v.Deciding == nil:
-			pm.requests.WithLabelValues("error").Inc()
-		case !v.Allowed:
-			pm.requests.WithLabelValues("refused").Inc()
-		case v.Delayed > 0:
-			pm.requests.WithLabelValues("delayed").Inc()
-		default:
-			pm.requests.WithLabelValues("passed").Inc()
-		}
-	}
+	// The gate, rebuilt on every reload; state lives in the store.
+	fp := newFastProxy(up, trusted, c.xRateLimit, log, pm)
 	build := func(cfg *rules.Config) error {
 		limits, err := gate.FromRules(cfg)
 		if err != nil {
 			return err
 		}
-		m, err := httplimit.New(httplimit.Options{Legacy: c.xRateLimit, Observe: observe, Config: gate.Config{
+		g, err := gate.New(gate.Config{
 			Limits: limits, Store: store, Rules: cfg, FailClosed: c.failClosed, Logger: log,
 			ClientIP: gate.ClientIP{TrustedProxies: trusted, IPv6Prefix: c.ipv6Prefix},
-		}})
+		})
 		if err != nil {
 			return err
 		}
-		mw.Store(m)
+		fp.gate.Store(g)
 		log.Info("http routes live", "routes", len(limits))
 		return nil
 	}
@@ -218,60 +190,6 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	svc := service.New(cfg, service.Options{Store: store, Metrics: metrics, Logger: log})
 	loader.svc = svc
 
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	std := &http.Transport{
-		DialContext:         dialer.DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		// Pass the client's Accept-Encoding as it is: never ask the
-		// upstream for gzip on the client's behalf and unpack it here.
-		DisableCompression: true,
-	}
-	var transport http.RoundTripper = std
-	if up.Scheme == "http" {
-		hostport := up.Host
-		if up.Port() == "" {
-			hostport = net.JoinHostPort(up.Hostname(), "80")
-		}
-		h1 := newH1Transport(hostport, dialer, std, 1024)
-		defer h1.CloseIdle()
-		transport = h1
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(up)
-			pr.Out.Host = pr.In.Host
-			// Keep the chain only from a trusted proxy; else the client's
-			// own claims are dropped and its address starts the chain.
-			if peer := gate.PeerAddr(pr.In.RemoteAddr); trustedPeer(trusted, peer) {
-				if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
-					pr.Out.Header["X-Forwarded-For"] = xff
-				}
-			}
-			pr.SetXForwarded()
-		},
-		// FlushInterval 0: responses of unknown length and server-sent
-		// events are flushed as they come anyway (httputil does), and a
-		// response of known length goes out in as few writes as it can.
-		BufferPool: copyBuffers{},
-		Transport:  transport,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			pm.upstream.Inc()
-			if errors.Is(err, context.Canceled) {
-				return // the client left
-			}
-			log.Warn("upstream unreachable", "upstream", up.Redacted(), "err", err)
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusBadGateway)
-			fmt.Fprintf(w, "floodgate proxy: the upstream %s did not answer: %v\n", up.Redacted(), err)
-		},
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mw.Load().ServeNext(w, r, rp)
-	})
-
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -288,7 +206,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 			http.Error(w, `want {"limit":"domain/route","key":"..."}`, http.StatusBadRequest)
 			return
 		}
-		if err := mw.Load().Gate().Lift(r.Context(), body.Limit, body.Key); err != nil {
+		if err := fp.gate.Load().Lift(r.Context(), body.Limit, body.Key); err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
@@ -307,22 +225,23 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		return fmt.Errorf("admin listener %s: %w", c.adminAddr, err)
 	}
 	log.Info("listening", "api", "admin", "addr", al.Addr().String())
-	ps := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ps := fp.server()
 	as := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
-	for _, s := range []struct {
-		srv *http.Server
-		l   net.Listener
-	}{{ps, pl}, {as, al}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.srv.Serve(s.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := ps.Serve(peerListener{pl}); err != nil {
+			errc <- err
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := as.Serve(al); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -351,10 +270,13 @@ loop:
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
 	defer cancel()
-	ps.Shutdown(dctx)
+	if err := ps.ShutdownWithContext(dctx); err != nil {
+		log.Warn("drain: requests still in flight", "err", err)
+	}
 	as.Shutdown(dctx)
 	wg.Wait()
-	mw.Load().Close()
+	fp.hc.CloseIdleConnections()
+	fp.gate.Load().Close()
 	for i := len(closeFns) - 1; i >= 0; i-- {
 		if err := closeFns[i](); err != nil {
 			log.Error("close", "err", err)
@@ -372,12 +294,3 @@ func trustedPeer(trusted []netip.Prefix, a netip.Addr) bool {
 	}
 	return false
 }
-
-// copyBuffers recycles the proxy's 32 KiB copy buffers, which it would
-// otherwise allocate (and the collector clear) per request.
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
