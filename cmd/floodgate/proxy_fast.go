@@ -142,10 +142,12 @@ func (p *fastProxy) server() *fasthttp.Server {
 		ReadBufferSize:               maxHeaderBytes,
 		WriteBufferSize:              16 << 10,
 		// ReadTimeout bounds reading a request's headers (a request's
-		// body is read without a deadline, see serve); IdleTimeout a
-		// keep-alive connection's wait for its next request.
-		ReadTimeout:     10 * time.Second,
-		IdleTimeout:     120 * time.Second,
+		// body is read without a deadline, see forward); IdleTimeout a
+		// keep-alive connection's wait for its next request. nginx's
+		// client_header_timeout is 60 s too. The two are the same so that
+		// peerConn can skip fasthttp's second deadline of each request.
+		ReadTimeout:     60 * time.Second,
+		IdleTimeout:     60 * time.Second,
 		CloseOnShutdown: true,
 		Logger:          fastLogger{p.log},
 	}
@@ -170,6 +172,25 @@ type peerConn struct {
 	addr string     // "ip:port"
 	host string     // "ip"
 	ip   netip.Addr // unmapped
+	rd   time.Time  // the read deadline set
+}
+
+// SetReadDeadline skips a deadline less than a second after the one set:
+// fasthttp sets one or two per request, each a timer update.
+func (c *peerConn) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && !c.rd.IsZero() {
+		if d := t.Sub(c.rd); d >= 0 && d < time.Second {
+			return nil
+		}
+	}
+	c.rd = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline is SetReadDeadline's companion.
+func (c *peerConn) SetDeadline(t time.Time) error {
+	c.rd = t
+	return c.Conn.SetDeadline(t)
 }
 
 func (l peerListener) Accept() (net.Conn, error) {
@@ -689,6 +710,9 @@ type upConn struct {
 	redial func() (net.Conn, error)
 	tls    bool
 	used   time.Time
+	// deadlines are set: fasthttp sets none (no timeouts) but clears
+	// both for each request, a timer update each.
+	rdSet, wdSet bool
 }
 
 // staleAfter is how long a connection may sit unused before it is checked.
@@ -703,10 +727,29 @@ func (c *upConn) SetWriteDeadline(t time.Time) error {
 			return err
 		}
 		c.Conn.Close()
-		c.Conn = nc
+		c.Conn, c.rdSet, c.wdSet = nc, false, false
 	}
 	c.used = now
+	if t.IsZero() && !c.wdSet {
+		return nil
+	}
+	c.wdSet = !t.IsZero()
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetReadDeadline is called by fasthttp before each response it reads.
+func (c *upConn) SetReadDeadline(t time.Time) error {
+	if t.IsZero() && !c.rdSet {
+		return nil
+	}
+	c.rdSet = !t.IsZero()
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both.
+func (c *upConn) SetDeadline(t time.Time) error {
+	c.rdSet, c.wdSet = !t.IsZero(), !t.IsZero()
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *upConn) rawConn() net.Conn {
