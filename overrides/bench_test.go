@@ -198,3 +198,22 @@ func redisMemory(b *testing.B, addr string) int64 {
 	b.Fatal("no used_memory")
 	return 0
 }
+
+// BenchmarkCacheGetNoOverrides: a lookup in a domain with no overrides at
+// all (the usual case), over Bolt, which knows its domains.
+func BenchmarkCacheGetNoOverrides(b *testing.B) {
+	s := openBolt(b)
+	c := NewCache(s, 1<<16, time.Minute)
+	defer c.Close()
+	ctx := context.Background()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "user=" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, ok, err := c.Get(ctx, "api", keys[i%len(keys)]); ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}

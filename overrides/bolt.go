@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,6 +28,10 @@ import (
 type Bolt struct {
 	db  *bolt.DB
 	now func() time.Time
+	// domains holds the domains that have overrides, in memory: the file
+	// is this process's alone, so the set is exact, and a lookup in a
+	// domain without overrides (the usual case) needs no transaction.
+	domains atomic.Pointer[map[string]struct{}]
 }
 
 var rootBucket = []byte("overrides.v1")
@@ -48,7 +53,48 @@ func OpenBolt(path string) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("overrides: open %s: %w", path, err)
 	}
-	return &Bolt{db: db, now: time.Now}, nil
+	b := &Bolt{db: db, now: time.Now}
+	if err := b.refreshDomains(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("overrides: open %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// refreshDomains reads the set of domains with overrides.
+func (b *Bolt) refreshDomains() error {
+	set := map[string]struct{}{}
+	err := b.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(rootBucket).ForEachBucket(func(k []byte) error {
+			set[string(k)] = struct{}{}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	b.domains.Store(&set)
+	return nil
+}
+
+// update runs a write transaction and then refreshes the domain set.
+func (b *Bolt) update(fn func(tx *bolt.Tx) error) error {
+	err := b.db.Update(fn)
+	if rerr := b.refreshDomains(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// MayHave reports whether domain has any override; false is exact (the
+// Cache answers such lookups without asking).
+func (b *Bolt) MayHave(domain string) bool {
+	set := b.domains.Load()
+	if set == nil {
+		return true
+	}
+	_, ok := (*set)[domain]
+	return ok
 }
 
 // Path returns the file's path.
@@ -67,7 +113,7 @@ func (b *Bolt) Put(ctx context.Context, o Override) error {
 		return err
 	}
 	o = one[0]
-	return b.db.Update(func(tx *bolt.Tx) error {
+	return b.update(func(tx *bolt.Tx) error {
 		d, err := tx.Bucket(rootBucket).CreateBucketIfNotExists([]byte(o.Domain))
 		if err != nil {
 			return err
@@ -95,7 +141,7 @@ func (b *Bolt) PutMany(ctx context.Context, batch []Override) error {
 		}
 		return strings.Compare(x.Key, y.Key)
 	})
-	return b.db.Update(func(tx *bolt.Tx) error {
+	return b.update(func(tx *bolt.Tx) error {
 		root := tx.Bucket(rootBucket)
 		var d *bolt.Bucket
 		// bbolt keeps the slices given to Put until the transaction ends:
@@ -158,7 +204,7 @@ func (b *Bolt) Delete(ctx context.Context, domain, key string) (found bool, err 
 	if domain == "" || key == "" {
 		return false, nil
 	}
-	err = b.db.Update(func(tx *bolt.Tx) error {
+	err = b.update(func(tx *bolt.Tx) error {
 		root := tx.Bucket(rootBucket)
 		d := root.Bucket([]byte(domain))
 		if d == nil || d.Get([]byte(key)) == nil {

@@ -136,3 +136,55 @@ func TestBoltMillion(t *testing.T) {
 		t.Fatalf("list: %d %v", len(page), err)
 	}
 }
+
+// Bolt knows which domains have overrides, exactly, so the cache answers
+// lookups in the others without a lookup.
+func TestBoltKnowsItsDomains(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "o.db")
+	b, err := OpenBolt(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.MayHave("d") {
+		t.Fatal("an empty file has domain d")
+	}
+	if err := b.Put(ctx, Override{Domain: "d", Key: "k", Limit: 5, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if !b.MayHave("d") || b.MayHave("e") {
+		t.Fatal("after a put: wrong domains")
+	}
+	c := NewCache(b, 100, 0)
+	if o, ok, err := c.Get(ctx, "d", "k"); err != nil || !ok || o.Limit != 5 {
+		t.Fatalf("cached get: %+v %v %v", o, ok, err)
+	}
+	if _, ok, err := c.Get(ctx, "e", "k"); err != nil || ok {
+		t.Fatalf("a domain without overrides: %v %v", ok, err)
+	}
+	if _, err := c.Delete(ctx, "d", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if b.MayHave("d") {
+		t.Fatal("the last override deleted, the domain remains")
+	}
+	if _, ok, _ := c.Get(ctx, "d", "k"); ok {
+		t.Fatal("a deleted override is still found")
+	}
+	if err := c.PutMany(ctx, []Override{{Domain: "x", Key: "1", Limit: 1, Period: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := c.Get(ctx, "x", "1"); !ok {
+		t.Fatal("an override put through the cache is not found")
+	}
+	c.Close()
+	// Reopened, the set is read from the file.
+	b2, err := OpenBolt(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if !b2.MayHave("x") || b2.MayHave("d") {
+		t.Fatal("reopened: wrong domains")
+	}
+}

@@ -39,6 +39,7 @@ import (
 // change, and this cache works the same over any Store.
 type Cache struct {
 	s      Store
+	known  domainKnower // s, when it knows its domains exactly
 	shards []cacheShard
 	mask   uint64
 	seed   maphash.Seed
@@ -51,6 +52,13 @@ type Cache struct {
 	stop      func()
 	watching  bool
 	closeOnce sync.Once
+}
+
+// domainKnower is a store that knows, in memory and exactly, which domains
+// have overrides (Bolt: its file is this process's alone). A lookup in a
+// domain without any is answered without the cache's lock or the store.
+type domainKnower interface {
+	MayHave(domain string) bool
 }
 
 // A CacheOption configures a Cache.
@@ -179,6 +187,7 @@ func NewCache(s Store, size int, ttl time.Duration, opts ...CacheOption) *Cache 
 		sh.prob.prev, sh.prob.next = &sh.prob, &sh.prob
 		sh.prot.prev, sh.prot.next = &sh.prot, &sh.prot
 	}
+	c.known, _ = s.(domainKnower)
 	if w, ok := s.(Watcher); ok && !cfg.noWatch {
 		c.watching = true
 		c.stop = w.Watch(c.onChange, c.Reset)
@@ -203,6 +212,9 @@ func (c *Cache) shard(domain, key string) *cacheShard {
 
 // Get returns the override of key in domain, from memory when it can.
 func (c *Cache) Get(ctx context.Context, domain, key string) (Override, bool, error) {
+	if c.known != nil && !c.known.MayHave(domain) {
+		return Override{}, false, nil
+	}
 	k := ckey{domain, key}
 	sh := c.shard(domain, key)
 	for {
