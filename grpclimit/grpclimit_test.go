@@ -46,7 +46,7 @@ func start(t *testing.T, limits ...gate.Limit) healthpb.HealthClient {
 }
 
 func TestUnaryLimitsPerMetadata(t *testing.T) {
-	p, _ := floodgate.NewPolicy("per-user", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 3, Period: time.Hour})
+	p, _ := floodgate.NewPolicy("per-user", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Hour})
 	client := start(t, gate.Limit{Name: "per-user", Policy: p, Match: gate.Match{Path: "/grpc.health.v1.Health/Check"}, Key: []gate.Part{gate.Header("x-user").Or(gate.MissingShared)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -75,7 +75,7 @@ func TestUnaryLimitsPerMetadata(t *testing.T) {
 }
 
 func TestStreamLimited(t *testing.T) {
-	p, _ := floodgate.NewPolicy("streams", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour})
+	p, _ := floodgate.NewPolicy("streams", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1, Period: time.Hour})
 	client := start(t, gate.Limit{Name: "streams", Policy: p, Key: []gate.Part{gate.Method()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

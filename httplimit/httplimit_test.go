@@ -59,7 +59,7 @@ func get(t *testing.T, url string, hdr ...string) *http.Response {
 
 // Concurrent clients over real HTTP: exactly the limit passes per key.
 func TestExactCountsPerKey(t *testing.T) {
-	p := mustPolicy(t, "per-key", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 25, Period: time.Hour})
+	p := mustPolicy(t, "per-key", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 25, Period: time.Hour})
 	srv, served := serve(t, httplimit.Options{Config: gate.Config{Limits: []gate.Limit{{Name: "per-key", Policy: p, Key: []gate.Part{gate.Header("X-API-Key")}}}}})
 	var ok, refused [3]atomic.Int64
 	var wg sync.WaitGroup
@@ -137,7 +137,7 @@ func TestHeadersParseAndCountDown(t *testing.T) {
 }
 
 func TestRefusalBodies(t *testing.T) {
-	p := mustPolicy(t, "x", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour})
+	p := mustPolicy(t, "x", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1, Period: time.Hour})
 	srv, _ := serve(t, httplimit.Options{Config: gate.Config{Limits: []gate.Limit{{Name: "x", Policy: p, Status: 503}}}})
 	get(t, srv.URL).Body.Close()
 	resp := get(t, srv.URL, "Accept", "application/json")
@@ -175,7 +175,7 @@ func TestRefusalBodies(t *testing.T) {
 }
 
 func TestRedirectAndSoft(t *testing.T) {
-	p := mustPolicy(t, "r", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour})
+	p := mustPolicy(t, "r", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1, Period: time.Hour})
 	srv, _ := serve(t, httplimit.Options{Config: gate.Config{Limits: []gate.Limit{{Name: "r", Policy: p, Action: gate.Redirect, Redirect: "https://example.com/busy", RedirectStatus: 307}}}})
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for i := 0; i < 2; i++ {
@@ -188,7 +188,7 @@ func TestRedirectAndSoft(t *testing.T) {
 			t.Fatalf("redirect: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
-	soft := mustPolicy(t, "s", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Hour, Mode: floodgate.Soft, SoftPercent: 20})
+	soft := mustPolicy(t, "s", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Hour, Mode: floodgate.Soft, SoftPercent: 20})
 	srv2, served := serve(t, httplimit.Options{Config: gate.Config{Limits: []gate.Limit{{Name: "s", Policy: soft}}}})
 	warned := 0
 	for i := 0; i < 13; i++ {
@@ -206,7 +206,7 @@ func TestRedirectAndSoft(t *testing.T) {
 // A spoofed X-Forwarded-For from an untrusted peer is ignored; from a
 // trusted proxy it is used.
 func TestForwardedFor(t *testing.T) {
-	p := mustPolicy(t, "ip", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour})
+	p := mustPolicy(t, "ip", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1, Period: time.Hour})
 	limits := []gate.Limit{{Name: "ip", Policy: p, Key: []gate.Part{gate.IP()}}}
 	untrusted, _ := serve(t, httplimit.Options{Config: gate.Config{Limits: limits}})
 	if r := get(t, untrusted.URL, "X-Forwarded-For", "203.0.113.1"); r.StatusCode != 200 {

@@ -24,12 +24,12 @@ func TestRemoteService(t *testing.T) {
 	d, err := rules.Parse("remote.yaml", []byte(`domain: web
 descriptors:
   - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket}
   - key: tier
     value: free
     descriptors:
       - key: user
-        rate_limit: {unit: hour, requests_per_unit: 1}
+        rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}
 `))
 	if err != nil {
 		t.Fatal(err)

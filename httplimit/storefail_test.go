@@ -24,8 +24,8 @@ func TestRedisDownFailureModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	open := mustPolicy(t, "open", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 2, Period: time.Hour, OnStoreFailure: floodgate.FailOpen})
-	closed := mustPolicy(t, "closed", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Hour, OnStoreFailure: floodgate.FailClosed})
+	open := mustPolicy(t, "open", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 2, Period: time.Hour, OnStoreFailure: floodgate.FailOpen})
+	closed := mustPolicy(t, "closed", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 100, Period: time.Hour, OnStoreFailure: floodgate.FailClosed})
 	srvOpen, servedOpen := serve(t, httplimit.Options{Config: gate.Config{Store: st, Limits: []gate.Limit{{Name: "open", Policy: open, Key: []gate.Part{gate.IP()}}}}})
 	srvClosed, _ := serve(t, httplimit.Options{Config: gate.Config{Store: st, Limits: []gate.Limit{{Name: "closed", Policy: closed, Key: []gate.Part{gate.IP()}}}}})
 

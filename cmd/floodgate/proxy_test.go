@@ -28,12 +28,14 @@ func startProxy(t *testing.T, upstream, dir string, extra ...string) *server {
 	return startBinary(t, args, "proxy", "admin")
 }
 
+// Token buckets, not fixed windows: counts that must be exact cannot meet
+// a window's end in the middle of a test.
 const proxyRules = `domain: edge
 descriptors:
   - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 5}
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: token_bucket}
   - key: api_key
-    rate_limit: {unit: hour, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket}
 http:
   - name: per-ip
     match: {path_prefix: /limited/}
@@ -46,7 +48,7 @@ http:
     match: {path_prefix: /shadow/}
     key: [remote_address]
     action: shadow
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}
 `
 
 func proxyGet(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
@@ -133,7 +135,7 @@ func TestProxyLimitsAndReloads(t *testing.T) {
 
 	// A live reload raises the per-key limit; a broken file is refused
 	// and the last good rules stay.
-	writeRules(t, dir, "edge.yaml", strings.Replace(proxyRules, "requests_per_unit: 3}", "requests_per_unit: 6}", 1))
+	writeRules(t, dir, "edge.yaml", strings.Replace(proxyRules, "requests_per_unit: 3,", "requests_per_unit: 6,", 1))
 	waitFor(t, "reload", func() bool { code, _, _ := proxyGet(t, base+"/keyed/", "X-API-Key", "k1"); return code == 200 })
 	writeRules(t, dir, "edge.yaml", proxyRules+"  - name: broken\n    key: [nonsense]\n")
 	waitFor(t, "refusal logged", func() bool { return strings.Contains(p.logs(), "rules file refused") })

@@ -213,6 +213,7 @@ func TestServeExactUnderConcurrency(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
 	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	clearOfWindowEnd(t, time.Hour, 30*time.Second) // the user limit: 50 an hour, a fixed window
 	var ok, over atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
@@ -252,6 +253,7 @@ func TestServeEnvoySemantics(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
 	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	clearOfWindowEnd(t, time.Hour, 30*time.Second)
 	for range 5 { // unlimited
 		if r := s.ask(t, "api", desc("path", "/health")); r.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("unlimited path limited: %v", r)
@@ -417,6 +419,7 @@ func TestServeTwoInstancesShareRedis(t *testing.T) {
 	writeRules(t, dir, "api.yaml", apiRules)
 	a := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
 	b := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	clearOfWindowEnd(t, time.Hour, 30*time.Second)
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for _, s := range []*server{a, b} {
@@ -451,6 +454,19 @@ func TestServeStartsWithNoFlags(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit %v\n%s", err, out.String())
+	}
+}
+
+// clearOfWindowEnd returns once at least need remains before the end of
+// the current fixed window of length w (windows align to the Unix epoch):
+// a test counting exactly in a fixed window must not see it reset midway.
+// Near the end it waits for the next window to begin.
+func clearOfWindowEnd(t *testing.T, w, need time.Duration) {
+	t.Helper()
+	now := time.Now()
+	if left := now.Truncate(w).Add(w).Sub(now); left < need {
+		t.Logf("%v before a %v window ends: waiting for the next one", left, w)
+		time.Sleep(left + 10*time.Millisecond)
 	}
 }
 
