@@ -88,6 +88,16 @@ type Store struct {
 
 	calls, errs, timeouts, degraded atomic.Int64
 	lastLog                         atomic.Int64
+
+	deadline atomic.Pointer[sharedDeadline]
+}
+
+// sharedDeadline is the call deadline shared by every call that starts in
+// one millisecond: one timer a millisecond instead of one a call.
+type sharedDeadline struct {
+	ms     int64
+	ctx    context.Context
+	cancel context.CancelFunc // never called: the deadline's timer releases ctx
 }
 
 // New connects to Redis at url:
@@ -411,14 +421,29 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 }
 
 // callContext bounds a call by Options.Timeout: ctx itself when its own
-// deadline comes first (Envoy gives its rate limit calls 20ms, say), which
-// spares a timer per call; else ctx with the timeout.
+// deadline comes first (Envoy gives its rate limit calls 20ms, say);
+// otherwise a deadline shared by the calls that start within the same
+// millisecond, Timeout to Timeout+1ms after they start. A timer per call
+// (context.WithTimeout) had been 6% of the service's CPU on Redis. A
+// caller that is cancelled meanwhile therefore still waits for its answer,
+// at most Timeout; nothing else of ctx (its values) is used by the client.
 func (s *Store) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.opts.Timeout {
-		return ctx, func() {}
+	now := time.Now()
+	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= s.opts.Timeout || ctx.Err() != nil {
+		return ctx, noCancel // the caller's deadline comes first, or it has gone
 	}
-	return context.WithTimeout(ctx, s.opts.Timeout)
+	ms := now.UnixMilli()
+	if sd := s.deadline.Load(); sd != nil && sd.ms == ms {
+		return sd.ctx, noCancel
+	}
+	// Calls of this millisecond may still use the previous context: it is
+	// released by its own timer at its deadline.
+	dctx, cancel := context.WithDeadline(context.Background(), time.UnixMilli(ms+1).Add(s.opts.Timeout))
+	s.deadline.Store(&sharedDeadline{ms: ms, ctx: dctx, cancel: cancel})
+	return dctx, noCancel
 }
+
+func noCancel() {}
 
 // call makes one decision's call: FCALL of the function library, loading
 // it first if this store has not yet (or Redis lost it: a restart without
