@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -109,4 +112,34 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger) (*openedStor
 		}
 		return true, "ready: Redis store"
 	}}, nil
+}
+
+// serveUntilStopped reloads the rules when their files change (every
+// --reload-interval) and on SIGHUP, and returns on SIGTERM or SIGINT, when
+// ctx ends, or when a listener fails (errc).
+func (c *commonConfig) serveUntilStopped(ctx context.Context, log *slog.Logger, loader *ruleLoader, errc <-chan error, serving string) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(c.reloadEvery)
+	defer tick.Stop()
+	log.Info(serving, "store", redactStore(c.store), "rules", c.rulesDir)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-errc:
+			log.Error("listener failed", "err", err)
+			return
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				loader.reload(true)
+				continue
+			}
+			log.Info("draining", "signal", s.String(), "timeout", c.drain)
+			return
+		case <-tick.C:
+			loader.reload(false)
+		}
+	}
 }

@@ -13,11 +13,9 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -243,31 +241,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 	}()
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	tick := time.NewTicker(c.reloadEvery)
-	defer tick.Stop()
-	log.Info("floodgate proxy serving", "store", redactStore(c.store), "rules", c.rulesDir)
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			log.Error("listener failed", "err", err)
-			break loop
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				loader.reload(true)
-				continue
-			}
-			log.Info("draining", "signal", s.String(), "timeout", c.drain)
-			break loop
-		case <-tick.C:
-			loader.reload(false)
-		}
-	}
+	c.serveUntilStopped(ctx, log, loader, errc, "floodgate proxy serving")
 	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
 	defer cancel()
 	if err := ps.ShutdownWithContext(dctx); err != nil {

@@ -12,12 +12,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -217,31 +215,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	})
 	run(func() error { return as.Serve(al) })
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	tick := time.NewTicker(c.reloadEvery)
-	defer tick.Stop()
-	log.Info("floodgate serving", "store", redactStore(c.store), "rules", c.rulesDir)
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			log.Error("listener failed", "err", err)
-			break loop
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				loader.reload(true)
-				continue
-			}
-			log.Info("draining", "signal", s.String(), "timeout", c.drain)
-			break loop
-		case <-tick.C:
-			loader.reload(false)
-		}
-	}
+	c.serveUntilStopped(ctx, log, loader, errc, "floodgate serving")
 
 	// Drain: stop taking requests, finish those in flight, up to the timeout.
 	health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
