@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/rules"
 )
 
 var t0 = time.Unix(1_800_000_000, 0) // a multiple of 1200 s
@@ -472,5 +474,50 @@ func TestRawRequest(t *testing.T) {
 	g.Check(&Request{Raw: raw, Peer: "10.1.1.1:5"}, v)
 	if len(v.Outcomes) != 0 {
 		t.Fatal("a GET matched a POST limit")
+	}
+}
+
+// The RateLimit field names one of the RateLimit-Policy items, as the
+// draft wants: for a rules file's limit with several rules, for a Go
+// policy with several rules, and for a ban.
+func TestRateLimitNamesAPolicy(t *testing.T) {
+	d, err := rules.Parse("r.yaml", []byte(`domain: d
+descriptors:
+  - key: user
+    rate_limits:
+      - {name: per_minute, unit: minute, requests_per_unit: 2, algorithm: token_bucket}
+      - {name: per_hour, unit: hour, requests_per_unit: 100, algorithm: token_bucket}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewManual(t0)
+	ms, _ := memstore.New(memstore.Options{Clock: clk, SweepInterval: -1})
+	defer ms.Close()
+	two := floodgate.MustPolicy("two", floodgate.Rule{Name: "fast", Algorithm: floodgate.TokenBucket, Limit: 2, Period: time.Second},
+		floodgate.Rule{Name: "slow", Algorithm: floodgate.TokenBucket, Limit: 50, Period: time.Hour})
+	g, err := New(Config{Store: ms, Clock: clk, Rules: cfg, Limits: []Limit{
+		{Name: "file", Domain: "d", Match: Match{PathPrefix: "/file"}, Key: []Part{Header("X-User").As("user")}},
+		{Name: "go", Policy: two, Match: Match{PathPrefix: "/go"}, Key: []Part{IP()}},
+		{Name: "ban", Policy: policy(t, "b", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 100, Period: time.Hour}), Match: Match{PathPrefix: "/ban"},
+			Key: []Part{IP()}, Action: Ban, Ban: BanRule{Threshold: 1, Interval: time.Minute, Duration: time.Minute}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/file", "/go", "/ban"} {
+		for i := 0; i < 3; i++ {
+			v := check(g, httpReq("192.0.2.1:1", path, "X-User", "u"))
+			h := http.Header{}
+			Headers(v, false, func(k string, vals []string) { h[k] = vals })
+			name, _, _ := strings.Cut(h.Get("RateLimit"), ";")
+			if name == "" || !strings.Contains(h.Get("RateLimit-Policy"), name+";") {
+				t.Fatalf("%s request %d: RateLimit %q names no item of RateLimit-Policy %q", path, i, h.Get("RateLimit"), h.Get("RateLimit-Policy"))
+			}
+		}
 	}
 }

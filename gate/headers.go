@@ -74,6 +74,9 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		reset = d.RetryAfter
 	}
 	name := o.name
+	if o.Banned && o.l.banThresh != nil {
+		name = sfName(o.l.Name + "/ban")
+	}
 	if name == "" {
 		name = o.l.ruleNames[d.Rule]
 		if name == "" {
@@ -147,13 +150,21 @@ func (o *Outcome) policyItems() []string {
 		return o.l.policyItem
 	}
 	rs := o.policy.Rules()
-	out := make([]string, len(rs))
-	base := o.l.Name
 	if o.ruleLm != nil {
-		base = o.ruleLm.Name
+		// A rules file's limit is named as the service names it: one item,
+		// for the deciding rule, under the limit's name (which RateLimit
+		// repeats).
+		r := rs[0]
+		for _, x := range rs {
+			if x.Name == o.Decision.Rule {
+				r = x
+			}
+		}
+		return []string{ratehdr.PolicyItem(sfName(o.ruleLm.Name), r.Limit, ratehdr.Window(r))}
 	}
+	out := make([]string, len(rs))
 	for i, r := range rs {
-		name := base
+		name := o.l.Name
 		if len(rs) > 1 {
 			name += "/" + r.Name
 		}
