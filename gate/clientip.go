@@ -222,6 +222,9 @@ func (c *ClientIP) appendGroup(dst []byte, a netip.Addr) []byte {
 	if !a.IsValid() {
 		return append(dst, "unknown"...)
 	}
+	if a.Is4() && (c.IPv4Prefix == 32 || c.IPv4Prefix == 0) {
+		return a.AppendTo(dst) // the usual case: an IPv4 client is its own key
+	}
 	p := c.Group(a)
 	if p.Bits() == a.BitLen() {
 		return a.AppendTo(dst)
