@@ -52,6 +52,7 @@ const (
 
 var actionNames = [...]string{"deny", "ban", "delay", "redirect", "shadow"}
 
+// String returns the action's name, as rules files write it.
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
 		return actionNames[a]
