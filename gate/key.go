@@ -33,7 +33,7 @@ const (
 
 var partNames = [...]string{"all", "remote_address", "header", "cookie", "query", "path", "route", "method", "host", "user", "generic"}
 
-// String returns the kind's name, as rules files write it.
+// String returns the kind's name (a rules file's key-part name, where it has one).
 func (k PartKind) String() string {
 	if int(k) < len(partNames) {
 		return partNames[k]
