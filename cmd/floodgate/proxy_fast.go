@@ -588,6 +588,7 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verd
 	}
 	p.prepare(ctx, pc)
 	out, streamed := req, false
+	var body *flushingReader
 	if req.IsBodyStream() {
 		if bodyPrefetched(req) {
 			req.Body() // from the stream to memory: it can then be resent
@@ -602,13 +603,23 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verd
 			defer fasthttp.ReleaseRequest(out)
 			req.Header.CopyTo(&out.Header)
 			req.URI().CopyTo(out.URI())
-			out.SetBodyStream(flushingReader{req.BodyStream()}, req.Header.ContentLength())
+			body = &flushingReader{r: req.BodyStream()}
+			out.SetBodyStream(body, req.Header.ContentLength())
 		}
 	}
 	resp := &ctx.Response
 	if err := p.hc.Do(out, resp); err != nil {
 		if streamed {
 			ctx.SetConnectionClose() // what is left of the body is not a request
+		}
+		if body != nil && body.err != nil {
+			// The client's body failed (a broken chunked encoding, say):
+			// the client's fault, not the upstream's.
+			ctx.Response.Reset()
+			ctx.Response.SetStatusCode(fasthttp.StatusBadRequest)
+			ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+			ctx.Response.SetBodyString(fmt.Sprintf("floodgate proxy: the request's body could not be read: %v\n", body.err))
+			return
 		}
 		p.badGateway(ctx, err)
 		return
@@ -770,11 +781,22 @@ func (c *upConn) Handshake() error {
 
 // flushingReader copies a body to a buffered writer read by read, flushing
 // after each, so that a body of known length streams as it comes.
-type flushingReader struct{ r io.Reader }
+// Its err is the client's read error, if any, so that a body that breaks
+// is answered 400, not 502.
+type flushingReader struct {
+	r   io.Reader
+	err error
+}
 
-func (f flushingReader) Read(p []byte) (int, error) { return f.r.Read(p) }
+func (f *flushingReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && err != io.EOF {
+		f.err = err
+	}
+	return n, err
+}
 
-func (f flushingReader) WriteTo(w io.Writer) (int64, error) {
+func (f *flushingReader) WriteTo(w io.Writer) (int64, error) {
 	fl, _ := w.(interface{ Flush() error })
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
@@ -797,6 +819,7 @@ func (f flushingReader) WriteTo(w io.Writer) (int64, error) {
 			return n, nil
 		}
 		if err != nil {
+			f.err = err
 			return n, err
 		}
 	}

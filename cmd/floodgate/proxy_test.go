@@ -362,3 +362,44 @@ func TestProxyFleetOnRedis(t *testing.T) {
 		t.Fatalf("floodgate serve on the same Redis: %v, want OVER_LIMIT", resp.OverallCode)
 	}
 }
+
+// Hostile requests get an error status, and the proxy goes on serving.
+func TestProxyHostileRequests(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", proxyRules)
+	p := startProxy(t, up.URL, dir, "--trusted-proxies", "127.0.0.0/8")
+	base := "http://" + p.addrs["proxy"]
+	raw := func(req string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", p.addrs["proxy"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, req)
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line
+	}
+	for name, req := range map[string]string{
+		"a 200 KiB header":      "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 200<<10) + "\r\n\r\n",
+		"a broken request line": "GET\r\n\r\n",
+		"a bad chunked body":    "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+		"two content lengths":   "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+	} {
+		if line := raw(req); !strings.HasPrefix(line, "HTTP/1.1 4") {
+			t.Errorf("%s: answered %q, want a 4xx status", name, line)
+		}
+	}
+	// Forwarding headers full of garbage, or very long, from a trusted peer.
+	for _, xff := range []string{strings.Repeat("1.2.3.4, ", 3000), "[[::1]]], for=\"", strings.Repeat("x", 10000), "::ffff:999.1.1.1"} {
+		if code, _, _ := proxyGet(t, base+"/free", "X-Forwarded-For", xff, "Forwarded", xff); code != 200 {
+			t.Errorf("X-Forwarded-For %.40q: %d", xff, code)
+		}
+	}
+	if code, _, body := proxyGet(t, base+"/free"); code != 200 || body != "ok" {
+		t.Fatalf("after hostile requests: %d %q", code, body)
+	}
+}
