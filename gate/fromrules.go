@@ -50,26 +50,11 @@ func FromRules(cfg *rules.Config) ([]Limit, error) {
 			}
 			for _, kp := range rt.Key {
 				p := Part{Name: kp.Name, Entry: kp.Entry}
-				switch kp.Kind {
-				case "remote_address":
-					p.Kind = PartIP
-				case "header":
-					p.Kind = PartHeader
-				case "cookie":
-					p.Kind = PartCookie
-				case "query":
-					p.Kind = PartQuery
-				case "path":
-					p.Kind = PartPath
-				case "method":
-					p.Kind = PartMethod
-				case "host":
-					p.Kind = PartHost
-				case "generic":
-					p.Kind = PartConst
-				default:
+				kind, ok := partKind(kp.Kind)
+				if !ok || kind == PartAll || kind == PartRoute || kind == PartUser {
 					return nil, fmt.Errorf("%s:%d: http route %s: unknown key part %q", rt.File, rt.Line, rt.Name, kp.Kind)
 				}
+				p.Kind = kind
 				switch kp.Missing {
 				case "", "ip":
 					p.Missing = MissingIP
@@ -84,4 +69,14 @@ func FromRules(cfg *rules.Config) ([]Limit, error) {
 		}
 	}
 	return out, nil
+}
+
+// partKind reads a key part's kind by its name (PartKind.String).
+func partKind(name string) (PartKind, bool) {
+	for i, n := range partNames {
+		if n == name {
+			return PartKind(i), true
+		}
+	}
+	return 0, false
 }

@@ -521,3 +521,66 @@ descriptors:
 		}
 	}
 }
+
+// FromRules turns every field of an http route into the gate's limit.
+func TestFromRules(t *testing.T) {
+	d, err := rules.Parse("edge.yaml", []byte(`domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+http:
+  - name: all-kinds
+    match: {host: "*.example.com", path_prefix: /api/, methods: [POST]}
+    key:
+      - remote_address
+      - path
+      - method
+      - host
+      - {header: X-Key, missing: shared}
+      - {cookie: sid, missing: skip}
+      - {query: k}
+      - {generic: gold, entry: tier}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    action: ban
+    ban: {threshold: 7, interval: 1m, duration: 10m}
+    cost: 2
+    exempt_cidrs: [10.0.0.0/8]
+  - name: ip
+    key: [remote_address]
+    action: shadow
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := FromRules(cfg)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("%d limits, %v", len(ls), err)
+	}
+	a := ls[0]
+	kinds := []PartKind{PartIP, PartPath, PartMethod, PartHost, PartHeader, PartCookie, PartQuery, PartConst}
+	if a.Name != "edge/all-kinds" || a.Policy == nil || a.Domain != "edge" || a.Action != Ban || a.Ban.Threshold != 7 ||
+		a.Ban.Duration != 10*time.Minute || a.Cost != 2 || len(a.ExemptNets) != 1 || len(a.Key) != len(kinds) ||
+		a.Match.PathPrefix != "/api/" || len(a.Match.Methods) != 1 || len(a.Match.Hosts) != 1 {
+		t.Fatalf("%+v", a)
+	}
+	for i, k := range kinds {
+		if a.Key[i].Kind != k {
+			t.Errorf("key[%d]: %v, want %v", i, a.Key[i].Kind, k)
+		}
+	}
+	if a.Key[4].Missing != MissingShared || a.Key[5].Missing != MissingSkip || a.Key[6].Missing != MissingIP || a.Key[7].Entry != "tier" || a.Key[7].Name != "gold" {
+		t.Errorf("fallbacks and entries: %+v", a.Key)
+	}
+	if b := ls[1]; b.Policy != nil || b.Action != Shadow || b.Key[0].Kind != PartIP {
+		t.Fatalf("%+v", b)
+	}
+	g, err := New(Config{Limits: ls, Rules: cfg})
+	if err != nil {
+		t.Fatalf("the limits do not build a gate: %v", err)
+	}
+	g.Close()
+}

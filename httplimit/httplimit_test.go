@@ -245,3 +245,28 @@ func TestDelayedClientLeaves(t *testing.T) {
 		t.Fatalf("served %d after %v", served.Load(), time.Since(start))
 	}
 }
+
+// Observe sees every verdict, passed and refused.
+func TestObserve(t *testing.T) {
+	p := mustPolicy(t, "o", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 2, Period: time.Hour})
+	var passed, refused atomic.Int64
+	srv, _ := serve(t, httplimit.Options{
+		Config: gate.Config{Limits: []gate.Limit{{Name: "o", Policy: p}}},
+		Observe: func(r *http.Request, v *gate.Verdict) {
+			if len(v.Outcomes) != 1 || v.Outcomes[0].Limit.Name != "o" {
+				t.Errorf("outcomes %+v", v.Outcomes)
+			}
+			if v.Allowed {
+				passed.Add(1)
+			} else {
+				refused.Add(1)
+			}
+		},
+	})
+	for i := 0; i < 5; i++ {
+		get(t, srv.URL).Body.Close()
+	}
+	if passed.Load() != 2 || refused.Load() != 3 {
+		t.Fatalf("observed %d passed, %d refused; want 2 and 3", passed.Load(), refused.Load())
+	}
+}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -112,6 +114,28 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger) (*openedStor
 		}
 		return true, "ready: Redis store"
 	}}, nil
+}
+
+// command is serve's and proxy's frame: a flag error (flagErr) exits 2,
+// or 0 for -h; then the logger is made and run runs, a failure exiting 1.
+func command(name string, stderr io.Writer, c *commonConfig, flagErr error, run func(*slog.Logger) error) int {
+	if flagErr != nil {
+		if errors.Is(flagErr, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, flagErr)
+		return 2
+	}
+	log, err := newLogger(c, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if err := run(log); err != nil {
+		log.Error(name + ": " + err.Error())
+		return 1
+	}
+	return 0
 }
 
 // serveUntilStopped reloads the rules when their files change (every

@@ -62,27 +62,9 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 func proxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := proxyFlags(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, err)
-		return 2
+		return command("proxy", stderr, nil, err, nil)
 	}
-	log, err := newLogger(&c.commonConfig, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	if os.Getenv("GOGC") == "" {
-		// A proxy's live heap is small and its garbage per request large
-		// (headers, buffers): collect less often.
-		debug.SetGCPercent(400)
-	}
-	if err := runProxy(ctx, c, log); err != nil {
-		log.Error("proxy: " + err.Error())
-		return 1
-	}
-	return 0
+	return command("proxy", stderr, &c.commonConfig, nil, func(log *slog.Logger) error { return runProxy(ctx, c, log) })
 }
 
 // proxyMetrics are the proxy's own metrics, beside the rules' reloads.
@@ -107,6 +89,11 @@ func (m *proxyMetrics) limit(name, outcome string) prometheus.Counter {
 }
 
 func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
+	if os.Getenv("GOGC") == "" {
+		// A proxy's live heap is small and its garbage per request large
+		// (headers, buffers): collect less often.
+		debug.SetGCPercent(400)
+	}
 	up, err := url.Parse(c.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host", c.upstream)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"crypto/sha256"
 	"io"
 	"net"
 	"net/http"
@@ -112,54 +110,12 @@ func TestProxyRefusal(t *testing.T) {
 func TestProxyStreamsKnownLength(t *testing.T) {
 	const chunks, size = 16, 1 << 20
 	gotChunk := make(chan int, 1)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := sha256.New()
-		buf := make([]byte, size)
-		for i := 0; i < chunks; i++ {
-			if _, err := io.ReadFull(r.Body, buf); err != nil {
-				http.Error(w, err.Error(), 500)
-				return
-			}
-			h.Write(buf)
-			gotChunk <- i
-		}
-		w.Write(h.Sum(nil))
-	}))
+	up := httptest.NewServer(lockstepSink(chunks, size, gotChunk))
 	defer up.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", proxyRules)
 	p := startProxy(t, up.URL, dir)
-	pr, pw := io.Pipe()
-	want := sha256.New()
-	go func() {
-		chunk := bytes.Repeat([]byte("x"), size)
-		for i := 0; i < chunks; i++ {
-			chunk[0] = byte(i)
-			want.Write(chunk)
-			if _, err := pw.Write(chunk); err != nil {
-				return
-			}
-			select {
-			case <-gotChunk:
-			case <-time.After(10 * time.Second):
-				pw.CloseWithError(io.ErrUnexpectedEOF)
-				t.Error("a chunk did not reach the upstream before the next was sent")
-				return
-			}
-		}
-		pw.Close()
-	}()
-	req, _ := http.NewRequest("PUT", "http://"+p.addrs["proxy"]+"/upload", pr)
-	req.ContentLength = chunks * size
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !bytes.Equal(sum, want.Sum(nil)) {
-		t.Fatalf("upload: %d, digest mismatch", resp.StatusCode)
-	}
+	lockstepUpload(t, "PUT", "http://"+p.addrs["proxy"]+"/upload", chunks, size, true, gotChunk)
 }
 
 // The upstream's 101 answer carries the RateLimit fields.

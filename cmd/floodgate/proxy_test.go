@@ -172,6 +172,66 @@ func TestProxyTrustedProxy(t *testing.T) {
 	}
 }
 
+// lockstepSink is an upstream handler that reads chunks of size bytes,
+// sending each one's index on got as it arrives, and answers their SHA-256.
+func lockstepSink(chunks, size int, got chan<- int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		buf := make([]byte, size)
+		for i := 0; i < chunks; i++ {
+			if _, err := io.ReadFull(r.Body, buf); err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			h.Write(buf)
+			got <- i
+		}
+		w.Write(h.Sum(nil))
+	}
+}
+
+// lockstepUpload sends chunks of size bytes to url (through the proxy to a
+// lockstepSink), each only after the sink has had the one before — which
+// a proxy that buffered whole bodies could not pass — and checks the
+// digest the sink answers. knownLength sends a Content-Length; otherwise
+// the body is chunked.
+func lockstepUpload(t *testing.T, method, url string, chunks, size int, knownLength bool, got <-chan int) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	want := sha256.New()
+	go func() {
+		chunk := bytes.Repeat([]byte("floodgate"), size/9+1)[:size]
+		for i := 0; i < chunks; i++ {
+			chunk[0] = byte(i)
+			want.Write(chunk)
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+			select {
+			case <-got:
+			case <-time.After(20 * time.Second):
+				pw.CloseWithError(io.ErrUnexpectedEOF)
+				t.Error("a chunk did not reach the upstream before the next was sent: the proxy buffers")
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(method, url, pr)
+	if knownLength {
+		req.ContentLength = int64(chunks * size)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(sum, want.Sum(nil)) {
+		t.Fatalf("upload: %d, digest mismatch", resp.StatusCode)
+	}
+}
+
 // Bodies stream both ways: each chunk reaches the other side before the
 // next is sent, which a proxy that buffered whole bodies could not do.
 func TestProxyStreamsBodiesAndEvents(t *testing.T) {
@@ -180,17 +240,7 @@ func TestProxyStreamsBodiesAndEvents(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/upload":
-			h := sha256.New()
-			buf := make([]byte, size)
-			for i := 0; i < chunks; i++ {
-				if _, err := io.ReadFull(r.Body, buf); err != nil {
-					http.Error(w, err.Error(), 500)
-					return
-				}
-				h.Write(buf)
-				gotChunk <- i
-			}
-			w.Write(h.Sum(nil))
+			lockstepSink(chunks, size, gotChunk)(w, r)
 		case "/events":
 			w.Header().Set("Content-Type", "text/event-stream")
 			for i := 0; i < 3; i++ {
@@ -206,37 +256,9 @@ func TestProxyStreamsBodiesAndEvents(t *testing.T) {
 	p := startProxy(t, up.URL, dir)
 	base := "http://" + p.addrs["proxy"]
 
-	pr, pw := io.Pipe()
-	want := sha256.New()
-	go func() {
-		chunk := bytes.Repeat([]byte("floodgate"), size/9+1)[:size]
-		for i := 0; i < chunks; i++ {
-			chunk[0] = byte(i)
-			want.Write(chunk)
-			if _, err := pw.Write(chunk); err != nil {
-				return
-			}
-			select {
-			case <-gotChunk:
-			case <-time.After(20 * time.Second):
-				pw.CloseWithError(io.ErrUnexpectedEOF)
-				t.Error("a chunk did not reach the upstream before the next was sent: the proxy buffers")
-				return
-			}
-		}
-		pw.Close()
-	}()
-	resp, err := http.Post(base+"/upload", "application/octet-stream", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !bytes.Equal(sum, want.Sum(nil)) {
-		t.Fatalf("upload: %d, digest mismatch", resp.StatusCode)
-	}
+	lockstepUpload(t, "POST", base+"/upload", chunks, size, false, gotChunk)
 
-	resp, err = http.Get(base + "/events")
+	resp, err := http.Get(base + "/events")
 	if err != nil {
 		t.Fatal(err)
 	}

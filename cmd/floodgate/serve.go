@@ -95,22 +95,9 @@ func isLoopback(addr string) bool {
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := serveFlags(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, err)
-		return 2
+		return command("serve", stderr, nil, err, nil)
 	}
-	log, err := newLogger(&c.commonConfig, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	if err := runServe(ctx, c, log); err != nil {
-		log.Error("serve: " + err.Error())
-		return 1
-	}
-	return 0
+	return command("serve", stderr, &c.commonConfig, nil, func(log *slog.Logger) error { return runServe(ctx, c, log) })
 }
 
 func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
