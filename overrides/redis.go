@@ -39,6 +39,8 @@ type Redis struct {
 	now    func() time.Time
 
 	put, del, list *rueidis.Lua
+
+	domains redisDomains // which domains have no overrides (redis_domains.go)
 }
 
 // NewRedis returns a store on client c, which the caller keeps (Close
@@ -112,7 +114,9 @@ func (r *Redis) Put(ctx context.Context, o Override) error {
 	}
 	o = one[0]
 	args := []string{r.channel(), o.Domain, "k", o.Key, string(encodeValue(nil, o))}
-	if err := r.put.Exec(ctx, r.c, r.keys(o.Domain), args).Error(); err != nil {
+	err := r.put.Exec(ctx, r.c, r.keys(o.Domain), args).Error()
+	r.changed(o.Domain) // even on an error: the write may have landed
+	if err != nil {
 		return fmt.Errorf("overrides: redis put: %w", err)
 	}
 	return nil
@@ -155,7 +159,9 @@ func (r *Redis) PutMany(ctx context.Context, batch []Override) error {
 				buf = encodeValue(buf[:0], o)
 				args = append(args, o.Key, string(buf))
 			}
-			if err := r.put.Exec(ctx, r.c, keys, args).Error(); err != nil {
+			err := r.put.Exec(ctx, r.c, keys, args).Error()
+			r.changed(dom)
+			if err != nil {
 				return fmt.Errorf("overrides: redis put: %w", err)
 			}
 		}
@@ -222,6 +228,9 @@ func (r *Redis) List(ctx context.Context, domain, after string, limit int) ([]Ov
 // resubscribes, with backoff, and reports a reset once subscribed again:
 // changes made while it was away are unknown.
 func (r *Redis) Watch(onChange func(domain, key string), onReset func()) (stop func()) {
+	change, reset := onChange, onReset
+	onChange = func(domain, key string) { r.changed(domain); change(domain, key) }
+	onReset = func() { r.changedAll(); reset() }
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex // serializes the callbacks with stop
 	stopped := false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,5 +212,114 @@ func TestRedisCluster(t *testing.T) {
 				return ok && o.Limit == int64(d+1)
 			})
 		}
+	}
+}
+
+// A domain without overrides is known as such after a check, and stops
+// being so at any change heard of: a write here, an announced write
+// elsewhere, a resubscription, or the check's age.
+func TestRedisMayHave(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	var now atomic.Int64 // the background checks read the clock too
+	now.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	r := NewRedis(redisClient(t, srv.Addr), "fg")
+	r.now = func() time.Time { return time.Unix(0, now.Load()) }
+	check := func(domain string) {
+		t.Helper()
+		r.MayHave(domain) // tracks it
+		v, ok := r.domains.m.Load(domain)
+		if !ok {
+			t.Fatalf("%s not tracked", domain)
+		}
+		r.checkDomain(ctx, domain, v.(*redisDomain))
+	}
+
+	if !r.MayHave("api") {
+		t.Fatal("an unchecked domain must be assumed to have overrides")
+	}
+	check("api")
+	if r.MayHave("api") {
+		t.Fatal("checked empty, yet may have")
+	}
+	// A write here: at once.
+	if err := r.Put(ctx, Override{Domain: "api", Key: "user=1", Limit: 5, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.MayHave("api") {
+		t.Fatal("written here, yet known empty")
+	}
+	check("api")
+	if !r.MayHave("api") {
+		t.Fatal("has an override, yet known empty")
+	}
+
+	// Another instance writes: heard of through the watch, or shown by
+	// the next check once the last one is domainCheckEvery old.
+	check("web")
+	if r.MayHave("web") {
+		t.Fatal("web checked empty, yet may have")
+	}
+	other := NewRedis(redisClient(t, srv.Addr), "fg")
+	other.Put(ctx, Override{Domain: "web", Key: "ip=1", Limit: 1, Period: time.Second})
+	if r.MayHave("web") {
+		t.Fatal("no watch, no time passed: the check should still hold")
+	}
+	now.Add(int64(domainCheckEvery))
+	if !r.MayHave("web") {
+		t.Fatal("the check is domainCheckEvery old, yet holds")
+	}
+
+	// A check whose domain changed while it ran does not count.
+	check("mobile")
+	d, _ := r.domains.m.Load("mobile")
+	m := d.(*redisDomain).none.Load()
+	r.changed("mobile")
+	d.(*redisDomain).none.Store(m) // as if the check had answered after the change
+	if !r.MayHave("mobile") {
+		t.Fatal("a check older than a change still holds")
+	}
+	// A resubscription forgets everything.
+	check("mobile")
+	r.changedAll()
+	if !r.MayHave("mobile") {
+		t.Fatal("a resubscription kept a check")
+	}
+
+	// Watched: another instance's write shows without waiting for time.
+	c := NewCache(r, 100, 0)
+	defer c.Close()
+	waitFor(t, "subscribed", func() bool { return c.Stats().Resets >= 1 })
+	check("batch")
+	if r.MayHave("batch") {
+		t.Fatal("batch checked empty, yet may have")
+	}
+	other.Put(ctx, Override{Domain: "batch", Key: "k", Limit: 2, Period: time.Second})
+	waitFor(t, "the watch to report the write", func() bool { return r.MayHave("batch") })
+	waitFor(t, "the cache to find the override", func() bool {
+		o, ok, _ := c.Get(ctx, "batch", "k")
+		return ok && o.Limit == 2
+	})
+}
+
+// A lookup in a domain known to have no overrides never reaches the
+// cache's map or Redis.
+func TestRedisCacheSkipsEmptyDomain(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	r := NewRedis(redisClient(t, srv.Addr), "fg")
+	c := NewCache(r, 100, 0, WithoutWatch())
+	defer c.Close()
+	r.MayHave("api")
+	v, _ := r.domains.m.Load("api")
+	r.checkDomain(ctx, "api", v.(*redisDomain))
+	before := c.Stats()
+	for i := range 100 {
+		if _, ok, err := c.Get(ctx, "api", fmt.Sprint("user=", i)); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if after := c.Stats(); after.Misses != before.Misses || after.NegativeHits != before.NegativeHits || after.Entries != 0 {
+		t.Fatalf("lookups in an empty domain went through the cache: before %+v, after %+v", before, after)
 	}
 }

@@ -22,6 +22,9 @@ func TestClusterBatchAcrossSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if redisstore.Coalescing(s) {
+		t.Fatal("a Cluster store coalesces: one call cannot span slots")
+	}
 	ctx := context.Background()
 	clk := floodgate.WithClock(clock.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)))
 	perIP := floodgate.NewLimiter(floodgate.MustPolicy("ip", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Minute}), s, clk)

@@ -17,7 +17,7 @@ var namespace atomic.Int64
 
 // conform runs the engine's conformance suite against Redis at url, each
 // subtest in a namespace (key prefix) of its own.
-func conform(t *testing.T, url string) {
+func conform(t *testing.T, url string, batch bool) {
 	storetest.Run(t, func(t *testing.T) floodgate.Store {
 		s, err := redisstore.New(url, redisstore.Options{
 			ClientTime: true, // the suite injects its clock
@@ -26,6 +26,9 @@ func conform(t *testing.T, url string) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if batch {
+			redisstore.SetBatchAlways(s)
 		}
 		t.Cleanup(func() {
 			if st := s.Stats(); st.Errors != 0 {
@@ -38,15 +41,21 @@ func conform(t *testing.T, url string) {
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	conform(t, "redis://"+redistest.Standalone(t).Addr)
+	conform(t, "redis://"+redistest.Standalone(t).Addr, false)
+}
+
+// Every decision through the batch function, as concurrent callers'
+// decisions are sent.
+func TestConformanceBatched(t *testing.T) {
+	conform(t, "redis://"+redistest.Standalone(t).Addr, true)
 }
 
 func TestConformanceSentinel(t *testing.T) {
 	set := redistest.Sentinel(t)
-	conform(t, "redis-sentinel://"+set.Sentinel.Addr+"/"+set.Name)
+	conform(t, "redis-sentinel://"+set.Sentinel.Addr+"/"+set.Name, false)
 }
 
 func TestConformanceCluster(t *testing.T) {
 	c := redistest.Cluster(t, 3)
-	conform(t, "redis-cluster://"+strings.Join(c.Addrs(), ","))
+	conform(t, "redis-cluster://"+strings.Join(c.Addrs(), ","), false)
 }

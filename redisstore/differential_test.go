@@ -81,18 +81,25 @@ func randomPolicy(r *rand.Rand, name string, spare *bool) *floodgate.Policy {
 // times must give identical decisions: the Lua is the same math.
 func TestDifferentialAgainstGo(t *testing.T) {
 	srv := redistest.Standalone(t)
-	t.Run("functions", func(t *testing.T) { differential(t, srv, false, 150) })
+	t.Run("functions", func(t *testing.T) { differential(t, srv, false, false, 150) })
 	// The same code as a plain script (EVALSHA), as on servers before Redis 7.
-	t.Run("scripts", func(t *testing.T) { differential(t, srv, true, 30) })
+	t.Run("scripts", func(t *testing.T) { differential(t, srv, true, false, 30) })
+	// Every decision through the batch function (and script), as
+	// concurrent callers' decisions are sent.
+	t.Run("batch functions", func(t *testing.T) { differential(t, srv, false, true, 60) })
+	t.Run("batch scripts", func(t *testing.T) { differential(t, srv, true, true, 15) })
 }
 
-func differential(t *testing.T, srv *redistest.Server, scripts bool, traces int) {
+func differential(t *testing.T, srv *redistest.Server, scripts, batch bool, traces int) {
 	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second,
-		Prefix: fmt.Sprintf("diff%v", scripts), NoFunctions: scripts})
+		Prefix: fmt.Sprintf("diff%v%v", scripts, batch), NoFunctions: scripts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if batch {
+		redisstore.SetBatchAlways(s)
+	}
 	ctx := context.Background()
 	steps := 80
 	if n, err := strconv.Atoi(os.Getenv("FLOODGATE_DIFF_TRACES")); err == nil {

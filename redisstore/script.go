@@ -22,11 +22,16 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// LibraryName is the function library's name, and Function the function
-// each decision calls. The "1" is the layout version of the keys.
+// LibraryName is the function library's name, Function the function one
+// decision calls, and BatchFunction the function that makes several
+// decisions in one call (KEYS: one key per decision; ARGV: per decision,
+// its argument count and then Function's arguments; the reply: one of
+// Function's replies per decision, or an error for that decision alone).
+// The "1" is the layout version of the keys.
 const (
-	LibraryName = "floodgate_v1"
-	Function    = "floodgate_v1_apply"
+	LibraryName   = "floodgate_v1"
+	Function      = "floodgate_v1_apply"
+	BatchFunction = "floodgate_v1_batch"
 )
 
 var luaBody = sync.OnceValue(func() string {
@@ -51,16 +56,23 @@ var luaBody = sync.OnceValue(func() string {
 // Script returns the decision code as one script for EVAL/EVALSHA.
 func Script() string { return luaBody() + "return apply(KEYS, ARGV)\n" }
 
+// BatchScript returns the code of BatchFunction as one script for
+// EVAL/EVALSHA.
+func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV)\n" }
+
 // Library returns the decision code as a Redis 7 function library.
 //
 // A library cannot reach Lua's standard libraries while it loads, so the
 // code is set up on the first call (init) and kept for the library's life.
 func Library() string {
 	return "#!lua name=" + LibraryName + "\n" +
-		"local apply\nlocal function init()\n" + luaBody() + "return apply\nend\n" +
+		"local apply, batch\nlocal function init()\n" + luaBody() + "return apply, batch\nend\n" +
 		"redis.register_function('" + Function + "', function(keys, args)\n" +
-		"  if apply == nil then apply = init() end\n" +
-		"  return apply(keys, args)\nend)\n"
+		"  if apply == nil then apply, batch = init() end\n" +
+		"  return apply(keys, args)\nend)\n" +
+		"redis.register_function('" + BatchFunction + "', function(keys, args)\n" +
+		"  if apply == nil then apply, batch = init() end\n" +
+		"  return batch(keys, args)\nend)\n"
 }
 
 // ruleFields is the number of arguments per rule (RULE_FIELDS in

@@ -63,6 +63,15 @@ type Options struct {
 	// Logger receives store errors, at most one line a second (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// NoCoalescing sends every decision as a call of its own. By default,
+	// on one Redis (standalone or Sentinel, not a Cluster) the decisions of
+	// concurrent callers are sent together, up to MaxBatch in one call,
+	// with at most Batches calls in flight (defaults 64 and 2): Redis and
+	// the client then spend their time on decisions rather than on calls.
+	// A lone caller still goes at once; see coalesce.go.
+	NoCoalescing bool
+	MaxBatch     int
+	Batches      int
 	// NoFunctions runs the decision code as a script (EVALSHA) instead of a
 	// function library (FCALL), as the store does by itself on servers
 	// before Redis 7. Scripts are slower: their helpers are compiled on
@@ -76,6 +85,11 @@ type Store struct {
 	owned  bool
 	opts   Options
 	script *rueidis.Lua
+	// batchScript is BatchFunction as a script, for servers without
+	// functions.
+	batchScript *rueidis.Lua
+	co          *coalescer // nil: every decision is a call of its own
+	batchAlways bool       // tests: a lone decision goes through BatchFunction too
 
 	args sync.Map // *floodgate.Policy → *policyArgs
 
@@ -156,7 +170,16 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script())}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 64
+	}
+	if opts.Batches <= 0 {
+		opts.Batches = 2
+	}
+	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript())}
+	if !opts.NoCoalescing && c.Mode() != rueidis.ClientModeCluster {
+		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
+	}
 	s.scriptMode.Store(opts.NoFunctions)
 	s.brk.threshold, s.brk.cooldown = opts.BreakerThreshold, opts.BreakerCooldown
 	fb, err := newFallback()
@@ -339,15 +362,25 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	}
 	s.calls.Add(1)
 	pa, args := s.scriptArgs(now, &op)
-	cctx, cancel := s.callContext(ctx)
-	defer cancel()
-	v, err := s.call(cctx, s.Key(op.Policy.Name(), op.Key), args).AsIntSlice()
-	if err == nil {
-		var d floodgate.Decision
-		if d, err = pa.result(v); err == nil {
-			s.brk.success()
-			return d, nil
+	key := s.Key(op.Policy.Name(), op.Key)
+	var d floodgate.Decision
+	var err error
+	if s.co != nil {
+		w := getWaiter(1)
+		w.add(key, pa, args)
+		if err := s.co.submit(ctx, w); err != nil {
+			return floodgate.Decision{}, err // the caller gave up
 		}
+		d, err = w.dec[0], w.errs[0]
+		putWaiter(w)
+	} else {
+		cctx, cancel := s.callContext(ctx)
+		d, err = s.decideReply(pa, s.call(cctx, key, args))
+		cancel()
+	}
+	if err == nil {
+		s.brk.success()
+		return d, nil
 	}
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure
 		return floodgate.Decision{}, ctx.Err()
@@ -386,23 +419,37 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 		return nil
 	}
 	s.calls.Add(int64(len(ops)))
-	cctx, cancel := s.callContext(ctx)
-	defer cancel()
-	pas := make([]*policyArgs, len(ops))
-	execs := make([]rueidis.LuaExec, len(ops))
-	for i := range ops {
-		var args []string
-		pas[i], args = s.scriptArgs(now, &ops[i])
-		execs[i] = rueidis.LuaExec{Keys: []string{s.Key(ops[i].Policy.Name(), ops[i].Key)}, Args: args}
+	errs := make([]error, len(ops))
+	if s.co != nil {
+		w := getWaiter(len(ops))
+		for i := range ops {
+			pa, args := s.scriptArgs(now, &ops[i])
+			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, args)
+		}
+		if err := s.co.submit(ctx, w); err != nil {
+			return err // the caller gave up
+		}
+		copy(out, w.dec)
+		copy(errs, w.errs)
+		putWaiter(w)
+	} else {
+		cctx, cancel := s.callContext(ctx)
+		pas := make([]*policyArgs, len(ops))
+		execs := make([]rueidis.LuaExec, len(ops))
+		for i := range ops {
+			var args []string
+			pas[i], args = s.scriptArgs(now, &ops[i])
+			execs[i] = rueidis.LuaExec{Keys: []string{s.Key(ops[i].Policy.Name(), ops[i].Key)}, Args: args}
+		}
+		for i, r := range s.execMulti(cctx, execs) {
+			out[i], errs[i] = s.decideReply(pas[i], r)
+		}
+		cancel()
 	}
-	res := s.execMulti(cctx, execs)
 	var firstErr error
-	for i, r := range res {
-		v, err := r.AsIntSlice()
+	for i, err := range errs {
 		if err == nil {
-			if out[i], err = pas[i].result(v); err == nil {
-				continue
-			}
+			continue
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -84,18 +84,24 @@ local function convert(op, os, np, ns, now)
   return ns
 end
 
--- Parsed parameters by name and signature. As a function library the cache
+-- Parsed parameters by name, then signature (no string is built per
+-- call). As a function library the cache
 -- lives as long as the library; as a plain script, for one call.
 local pcache, pcount = {}, 0
 
 local function params(name, sig)
-  local k = name .. '\0' .. sig
-  local p = pcache[k]
+  local byname = pcache[name]
+  local p = byname and byname[sig]
   if p == nil then
     p = parse(name, sig)
     if p == nil then return nil end
     if pcount >= 4096 then pcache, pcount = {}, 0 end
-    pcache[k], pcount = p, pcount + 1
+    byname = pcache[name]
+    if byname == nil then
+      byname = {}
+      pcache[name] = byname
+    end
+    byname[sig], pcount = p, pcount + 1
   end
   return p
 end

@@ -1,11 +1,12 @@
 -- The dispatcher: one key, every rule of its policy, all or nothing, as
 -- internal/algo.ApplyTo does.
 --
--- keys[1]  the key: a string holding, MessagePack-encoded, the flat list
+-- key      the key: a string holding, MessagePack-encoded, the flat list
 --          name1, signature1, state1, name2, ... of its rules
--- args     now (0: use Redis TIME), op, cost, max delay, spare mask, rule
---          count, then per rule: name, signature (see 80_convert.lua) and
---          the calendar bounds b0, b1, b2 (redisstore/script.go)
+-- argv     from argv[o+1] on: now (0: Redis TIME, or tnow when given), op,
+--          cost, max delay, spare mask, rule count, then per rule: name,
+--          signature (see 80_convert.lua) and the calendar bounds b0, b1,
+--          b2 (redisstore/script.go)
 -- returns  {allowed, too large, excess, deciding rule (0-based), limit,
 --          remaining, reset after, retry after, delay, now}
 
@@ -20,22 +21,29 @@ local function fresh(p)
   return s
 end
 
-local function apply(keys, argv)
-  local key = keys[1]
-  local now = tonumber(argv[1])
-  if now == 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  local op = tonumber(argv[2])
-  local cost = tonumber(argv[3])
-  local maxdelay = tonumber(argv[4])
-  local spare = tonumber(argv[5])
-  local n = tonumber(argv[6])
+local function redisnow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 
-  local ps = {}
+-- Tables reused by every call (Lua runs one call at a time); entries
+-- past the policy's rule count are stale and never read.
+local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, out = {}}
+
+local function b01(x) if x then return 1 end return 0 end
+
+local function decide(key, argv, o, tnow)
+  local now = tonumber(argv[o + 1])
+  if now == 0 then now = tnow or redisnow() end
+  local op = tonumber(argv[o + 2])
+  local cost = tonumber(argv[o + 3])
+  local maxdelay = tonumber(argv[o + 4])
+  local spare = tonumber(argv[o + 5])
+  local n = tonumber(argv[o + 6])
+
+  local ps = scratch.ps
   for i = 1, n do
-    local b = 6 + (i - 1) * RULE_FIELDS
+    local b = o + 6 + (i - 1) * RULE_FIELDS
     local p = params(argv[b + 1], argv[b + 2])
     if p == nil then return redis.error_reply('floodgate: bad rule signature ' .. tostring(argv[b + 2])) end
     if p.cal ~= 0 then
@@ -48,32 +56,35 @@ local function apply(keys, argv)
   -- parameters. A stored rule this policy version no longer has is dropped
   -- at once (by writing the key back), as the memory store converts a key
   -- at a new version: a rule added back later starts fresh.
-  local stored = {}
-  local nstored = 0
+  local v, nstored = nil, 0
   local raw = redis.call('GET', key)
   if raw then
-    local v = cmsgpack.unpack(raw)
-    for j = 1, #v, 3 do
-      stored[v[j]] = {v[j + 1], v[j + 2]}
-      nstored = nstored + 1
-    end
+    v = cmsgpack.unpack(raw)
+    nstored = #v / 3
   end
-  local st, nows, ceils = {}, {}, {}
+  local st, nows, ceils = scratch.st, scratch.nows, scratch.ceils
   local write = false
   local matched = 0
-  for i, p in ipairs(ps) do
-    local s = fresh(p)
-    local old = stored[p.name]
-    if old then
-      matched = matched + 1
-      if old[1] == p.sig then
-        s = old[2]
-      else
-        local oldp = parse(p.name, old[1])
-        if oldp then s = convert(oldp, old[2], p, s, now) end
-        write = true -- kept even if nothing else changes: it happened now
+  for i = 1, n do
+    local p = ps[i]
+    local s
+    if v then
+      for j = 1, #v, 3 do
+        if v[j] == p.name then
+          matched = matched + 1
+          if v[j + 1] == p.sig then
+            s = v[j + 2]
+          else
+            local oldp = parse(p.name, v[j + 1])
+            s = fresh(p)
+            if oldp then s = convert(oldp, v[j + 2], p, s, now) end
+            write = true -- kept even if nothing else changes: it happened now
+          end
+          break
+        end
       end
     end
+    if s == nil then s = fresh(p) end
     st[i] = s
     nows[i] = p.algo.advance(p, s, now)
     if p.soft > 0 then ceils[i] = p.soft
@@ -83,17 +94,17 @@ local function apply(keys, argv)
   if matched < nstored then write = true end
 
   local allowed, toolarge, excess, rule, delayout = true, false, false, 0, 0
-  local fit, delay = {}, {}
+  local fit, delay = scratch.fit, scratch.delay
 
   if op == OP_RESET then
     redis.call('DEL', key)
-    for i, p in ipairs(ps) do st[i] = fresh(p) end
+    for i = 1, n do st[i] = fresh(ps[i]) end
     write = false
   elseif op == OP_REFUND then
-    for i, p in ipairs(ps) do p.algo.refund(p, st[i], nows[i], cost) end
+    for i = 1, n do local p = ps[i] p.algo.refund(p, st[i], nows[i], cost) end
     write = true
   elseif op == OP_PEEK or op == OP_CHARGE or op == OP_ALLOW then
-    for i, p in ipairs(ps) do
+    for i = 1, n do local p = ps[i]
       if cost > ceils[i] and not toolarge then
         allowed, toolarge, rule = false, true, i - 1
         if op ~= OP_CHARGE then break end
@@ -102,22 +113,22 @@ local function apply(keys, argv)
       allowed = allowed and fit[i]
     end
     if op == OP_CHARGE then
-      for i, p in ipairs(ps) do
+      for i = 1, n do local p = ps[i]
         p.algo.commit(p, st[i], nows[i], min(cost, p.maxceil))
         p.algo.clamp(p, st[i], nows[i])
       end
       write = true
     elseif op == OP_ALLOW and allowed then
-      for i, p in ipairs(ps) do p.algo.commit(p, st[i], nows[i], cost) end
+      for i = 1, n do local p = ps[i] p.algo.commit(p, st[i], nows[i], cost) end
       write = true
     elseif op == OP_ALLOW and not toolarge then
-      for i, p in ipairs(ps) do
+      for i = 1, n do local p = ps[i]
         if p.cr then p.algo.commit(p, st[i], nows[i], cost); write = true end
       end
     end
   elseif op == OP_RESERVE then
     local longest = 0
-    for i, p in ipairs(ps) do
+    for i = 1, n do local p = ps[i]
       local s = st[i]
       if cost > ceils[i] then
         allowed, toolarge, rule = false, true, i - 1
@@ -141,7 +152,7 @@ local function apply(keys, argv)
     if longest > maxdelay then allowed = false end
     if allowed then
       delayout = longest
-      for i, p in ipairs(ps) do p.algo.commit(p, st[i], nows[i], cost) end
+      for i = 1, n do local p = ps[i] p.algo.commit(p, st[i], nows[i], cost) end
       write = true
     end
   end
@@ -149,7 +160,7 @@ local function apply(keys, argv)
   -- Report from the deciding rule.
   local best, bestrem, bestreset, bestretry = -1, 0, 0, 0
   local maxreset, anyused = 0, false
-  for i, p in ipairs(ps) do
+  for i = 1, n do local p = ps[i]
     local s, t = st[i], nows[i]
     local rem = p.algo.remaining(p, s, t)
     local reset = p.algo.reset(p, s, t)
@@ -181,16 +192,37 @@ local function apply(keys, argv)
     if not anyused then
       redis.call('DEL', key)
     else
-      local out = {}
-      for i, p in ipairs(ps) do
-        out[#out + 1] = p.name
-        out[#out + 1] = p.sig
-        out[#out + 1] = st[i]
+      local out = scratch.out
+      for i = 1, n do
+        out[3 * i - 2], out[3 * i - 1], out[3 * i] = ps[i].name, ps[i].sig, st[i]
       end
+      for k = 3 * n + 1, #out do out[k] = nil end
       redis.call('SET', key, cmsgpack.pack(out), 'PX', ceildiv(maxreset, 1000) + 1)
     end
   end
 
-  local function b(x) if x then return 1 end return 0 end
-  return {b(allowed), b(toolarge), b(excess), rule, dp.limit, remaining, resetafter, retryafter, delayout, now}
+  return {b01(allowed), b01(toolarge), b01(excess), rule, dp.limit, remaining, resetafter, retryafter, delayout, now}
+end
+
+-- apply is one decision: keys[1] and argv as decide's.
+local function apply(keys, argv) return decide(keys[1], argv, 0, nil) end
+
+-- batch is several decisions in one call, in order (redisstore's
+-- coalescing of concurrent callers): keys[i] is decision i's key; argv
+-- holds, per decision, its argument count and then its arguments (as
+-- decide's). Redis TIME is read once for the whole batch. Returns one
+-- reply per decision: decide's, or an error for that decision alone.
+local function batch(keys, argv)
+  local out, o, tnow = {}, 0, nil
+  for i = 1, #keys do
+    local n = tonumber(argv[o + 1])
+    if tnow == nil and tonumber(argv[o + 2]) == 0 then tnow = redisnow() end
+    local ok, r = pcall(decide, keys[i], argv, o + 1, tnow)
+    if not ok then
+      if type(r) == 'table' and r.err then r = redis.error_reply(r.err) else r = redis.error_reply(tostring(r)) end
+    end
+    out[i] = r
+    o = o + 1 + n
+  end
+  return out
 end

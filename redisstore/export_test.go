@@ -1,0 +1,15 @@
+package redisstore
+
+// SetBatchAlways makes s send even a lone decision through BatchFunction,
+// so that the conformance and differential suites cover it.
+func SetBatchAlways(s *Store) { s.batchAlways = true }
+
+// Coalescing reports whether s combines concurrent decisions.
+func Coalescing(s *Store) bool { return s.co != nil }
+
+// CoalescerState returns the batches in flight and the callers queued.
+func CoalescerState(s *Store) (inflight, queued int) {
+	s.co.mu.Lock()
+	defer s.co.mu.Unlock()
+	return s.co.inflight, len(s.co.queue)
+}
