@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ type coalescer struct {
 // A waiter is one caller's decisions on their way through a batch.
 type waiter struct {
 	keys []string
-	args [][]string
+	args [][]string // each decision's dynArgs
 	pas  []*policyArgs
 	dec  []floodgate.Decision
 	errs []error
@@ -184,23 +185,33 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter) {
 	}
 	if n == 1 && !c.s.batchAlways { // a lone decision: the single call, no batch framing
 		w := batch[0]
-		w.dec[0], w.errs[0] = c.s.decideReply(w.pas[0], c.s.call(ctx, w.keys[0], w.args[0]))
+		w.dec[0], w.errs[0] = c.s.decideReply(w.pas[0], c.s.call(ctx, w.keys[0], w.pas[0].singleArgs(w.args[0])))
 		c.wake(batch)
 		return
 	}
+	// The policies of the batch, each sent once: usually one or two.
+	var pols []*policyArgs
 	keys := make([]string, 0, n)
-	nargs := n
+	nargs := 1 + n
 	for _, w := range batch {
 		keys = append(keys, w.keys...)
-		for _, a := range w.args {
-			nargs += len(a)
+		for j, pa := range w.pas {
+			nargs += len(w.args[j])
+			if !slices.Contains(pols, pa) {
+				pols = append(pols, pa)
+				nargs += 1 + 2*len(pa.rules)
+			}
 		}
 	}
 	args := make([]string, 0, nargs)
+	args = append(args, strconv.Itoa(len(pols)))
+	for _, pa := range pols {
+		args = pa.batchStatic(args)
+	}
 	for _, w := range batch {
-		for _, a := range w.args {
-			args = append(args, strconv.Itoa(len(a)))
-			args = append(args, a...)
+		for j, dyn := range w.args {
+			args = append(args, strconv.Itoa(1+slices.Index(pols, w.pas[j])))
+			args = append(args, dyn...)
 		}
 	}
 	replies, err := c.s.callBatch(ctx, keys, args).ToArray()

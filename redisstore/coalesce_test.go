@@ -171,3 +171,52 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A batch of decisions under several policies (calendar rules among them,
+// each sent once per batch) decides as separate calls do.
+func TestBatchMixedPolicies(t *testing.T) {
+	srv := redistest.Standalone(t)
+	open := func(prefix string, noCoalescing bool) *redisstore.Store {
+		s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, Prefix: prefix, NoCoalescing: noCoalescing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	batched, single := open("mixb", false), open("mixs", true)
+	paris, _ := time.LoadLocation("Europe/Paris")
+	pols := []*floodgate.Policy{
+		floodgate.MustPolicy("day", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 7, Calendar: floodgate.CalendarDay, Location: paris}),
+		floodgate.MustPolicy("tb", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Second, Burst: 5}),
+		floodgate.MustPolicy("two", floodgate.Rule{Name: "s", Algorithm: floodgate.SlidingLog, Limit: 4, Period: time.Minute},
+			floodgate.Rule{Name: "w", Algorithm: floodgate.FixedWindow, Limit: 6, Calendar: floodgate.CalendarWeek, Location: paris}),
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 3, 28, 23, 59, 0, 0, time.UTC).UnixMicro() // Paris changes clocks that night
+	for round := range 40 {
+		now += int64(round%4) * 700_000
+		var ops []floodgate.Op
+		for i := range 1 + round%5 {
+			p := pols[(round+i)%len(pols)]
+			ops = append(ops, p.Op(floodgate.OpAllow, fmt.Sprint("k", (round+i)%3), 1, 0))
+		}
+		got, want := make([]floodgate.Decision, len(ops)), make([]floodgate.Decision, len(ops))
+		if err := batched.DoBatch(ctx, now, ops, got); err != nil {
+			t.Fatal(err)
+		}
+		if err := single.DoBatch(ctx, now, ops, want); err != nil {
+			t.Fatal(err)
+		}
+		for i := range ops {
+			if got[i] != want[i] {
+				t.Fatalf("round %d op %d (%s %s): batched %+v, single %+v", round, i, ops[i].Policy.Name(), ops[i].Key, got[i], want[i])
+			}
+		}
+	}
+	for _, s := range []*redisstore.Store{batched, single} {
+		if st := s.Stats(); st.Errors != 0 || st.Degraded != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+}

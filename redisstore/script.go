@@ -148,6 +148,69 @@ func (pa *policyArgs) args(now, calNow int64, op *floodgate.Op) []string {
 	return a
 }
 
+// dynArgs returns one operation's own part of a BatchFunction call (after
+// its policy's index): now (0: Redis TIME), op, cost, max delay, spare
+// mask, then b0, b1, b2 for each calendar rule, around calNow.
+func (pa *policyArgs) dynArgs(now, calNow int64, op *floodgate.Op) []string {
+	var maxDelay int64
+	if op.Kind == floodgate.OpReserve {
+		maxDelay = min(op.MaxDelay.Microseconds(), algo.MaxExact)
+	}
+	n := 5
+	if pa.cal {
+		n += 3 * len(pa.rules)
+	}
+	a := make([]string, 0, n)
+	a = append(a,
+		strconv.FormatInt(now, 10),
+		strconv.Itoa(int(op.Kind)),
+		strconv.FormatInt(min(op.Cost, algo.MaxExact), 10),
+		strconv.FormatInt(maxDelay, 10),
+		strconv.FormatUint(op.Spare&(1<<algo.MaxRules-1), 10))
+	if pa.cal {
+		for i := range pa.rules {
+			r := &pa.rules[i]
+			if r.Cal == algo.CalNone {
+				continue
+			}
+			b0, b1 := r.Window(calNow)
+			_, b2 := r.Window(b1)
+			a = append(a, strconv.FormatInt(b0, 10), strconv.FormatInt(b1, 10), strconv.FormatInt(b2, 10))
+		}
+	}
+	return a
+}
+
+// singleArgs turns an operation's dynArgs into Function's arguments.
+func (pa *policyArgs) singleArgs(dyn []string) []string {
+	a := make([]string, 0, 6+len(pa.static))
+	a = append(a, dyn[:5]...)
+	a = append(a, strconv.Itoa(len(pa.rules)))
+	a = append(a, pa.static...)
+	if pa.cal {
+		k := 5
+		for i := range pa.rules {
+			if pa.rules[i].Cal == algo.CalNone {
+				continue
+			}
+			base := 6 + i*ruleFields
+			copy(a[base+2:base+5], dyn[k:k+3])
+			k += 3
+		}
+	}
+	return a
+}
+
+// batchStatic appends the policy's part of a BatchFunction call: its rule
+// count, then each rule's name and signature.
+func (pa *policyArgs) batchStatic(a []string) []string {
+	a = append(a, strconv.Itoa(len(pa.rules)))
+	for i := range pa.rules {
+		a = append(a, pa.static[i*ruleFields], pa.static[i*ruleFields+1])
+	}
+	return a
+}
+
 // result turns the script's reply into a decision.
 func (pa *policyArgs) result(v []int64) (floodgate.Decision, error) {
 	if len(v) < 10 {

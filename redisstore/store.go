@@ -335,6 +335,16 @@ func (s *Store) scriptArgs(now int64, op *floodgate.Op) (*policyArgs, []string) 
 	return pa, pa.args(t, now, op)
 }
 
+// dynArgs returns op's policy arguments and its own part of a batch call.
+func (s *Store) dynArgs(now int64, op *floodgate.Op) (*policyArgs, []string) {
+	pa := s.policyArgs(op.Policy)
+	t := now
+	if !s.opts.ClientTime {
+		t = 0
+	}
+	return pa, pa.dynArgs(t, now, op)
+}
+
 // Stats are a store's counters.
 type Stats struct {
 	Calls    int64 // decisions asked of Redis
@@ -361,19 +371,20 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		return s.degrade(ctx, now, &op, nil), nil
 	}
 	s.calls.Add(1)
-	pa, args := s.scriptArgs(now, &op)
 	key := s.Key(op.Policy.Name(), op.Key)
 	var d floodgate.Decision
 	var err error
 	if s.co != nil {
 		w := getWaiter(1)
-		w.add(key, pa, args)
+		pa, dyn := s.dynArgs(now, &op)
+		w.add(key, pa, dyn)
 		if err := s.co.submit(ctx, w); err != nil {
 			return floodgate.Decision{}, err // the caller gave up
 		}
 		d, err = w.dec[0], w.errs[0]
 		putWaiter(w)
 	} else {
+		pa, args := s.scriptArgs(now, &op)
 		cctx, cancel := s.callContext(ctx)
 		d, err = s.decideReply(pa, s.call(cctx, key, args))
 		cancel()
@@ -423,8 +434,8 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 	if s.co != nil {
 		w := getWaiter(len(ops))
 		for i := range ops {
-			pa, args := s.scriptArgs(now, &ops[i])
-			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, args)
+			pa, dyn := s.dynArgs(now, &ops[i])
+			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, dyn)
 		}
 		if err := s.co.submit(ctx, w); err != nil {
 			return err // the caller gave up

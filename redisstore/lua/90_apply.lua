@@ -1,14 +1,23 @@
 -- The dispatcher: one key, every rule of its policy, all or nothing, as
 -- internal/algo.ApplyTo does.
 --
--- key      the key: a string holding, MessagePack-encoded, the flat list
---          name1, signature1, state1, name2, ... of its rules
--- argv     from argv[o+1] on: now (0: Redis TIME, or tnow when given), op,
+-- A decision's key holds, MessagePack-encoded, the flat list name1,
+-- signature1, state1, name2, ... of its policy's rules. Two entry points:
+--
+-- apply    one decision. keys[1] its key; argv: now (0: Redis TIME), op,
 --          cost, max delay, spare mask, rule count, then per rule: name,
 --          signature (see 80_convert.lua) and the calendar bounds b0, b1,
---          b2 (redisstore/script.go)
--- returns  {allowed, too large, excess, deciding rule (0-based), limit,
---          remaining, reset after, retry after, delay, now}
+--          b2 (redisstore/script.go).
+-- batch    several decisions, in order (redisstore's coalescing of
+--          concurrent callers). keys[i] is decision i's key; argv: the
+--          policy count, then per policy its rule count and per rule its
+--          name and signature; then per decision: its policy (1-based),
+--          now, op, cost, max delay, spare mask, and b0, b1, b2 for each
+--          calendar rule of its policy. Redis TIME is read once.
+--
+-- A decision returns {allowed, too large, excess, deciding rule (0-based),
+-- limit, remaining, reset after, retry after, delay, now}; in a batch, a
+-- decision that fails returns an error in its place, alone.
 
 local OP_ALLOW, OP_PEEK, OP_RESERVE, OP_CHARGE, OP_REFUND, OP_RESET = 0, 1, 2, 3, 4, 5
 local RULE_FIELDS = 5
@@ -32,26 +41,9 @@ local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, 
 
 local function b01(x) if x then return 1 end return 0 end
 
-local function decide(key, argv, o, tnow)
-  local now = tonumber(argv[o + 1])
-  if now == 0 then now = tnow or redisnow() end
-  local op = tonumber(argv[o + 2])
-  local cost = tonumber(argv[o + 3])
-  local maxdelay = tonumber(argv[o + 4])
-  local spare = tonumber(argv[o + 5])
-  local n = tonumber(argv[o + 6])
-
-  local ps = scratch.ps
-  for i = 1, n do
-    local b = o + 6 + (i - 1) * RULE_FIELDS
-    local p = params(argv[b + 1], argv[b + 2])
-    if p == nil then return redis.error_reply('floodgate: bad rule signature ' .. tostring(argv[b + 2])) end
-    if p.cal ~= 0 then
-      p.b0, p.b1, p.b2 = tonumber(argv[b + 3]), tonumber(argv[b + 4]), tonumber(argv[b + 5])
-    end
-    ps[i] = p
-  end
-
+-- decide makes one decision on key under the rules ps[1..n] (their
+-- calendar bounds set).
+local function decide(key, ps, n, now, op, cost, maxdelay, spare)
   -- Load each rule's state by name; convert state written under other
   -- parameters. A stored rule this policy version no longer has is dropped
   -- at once (by writing the key back), as the memory store converts a key
@@ -204,25 +196,60 @@ local function decide(key, argv, o, tnow)
   return {b01(allowed), b01(toolarge), b01(excess), rule, dp.limit, remaining, resetafter, retryafter, delayout, now}
 end
 
--- apply is one decision: keys[1] and argv as decide's.
-local function apply(keys, argv) return decide(keys[1], argv, 0, nil) end
+local function badsig(sig) return redis.error_reply('floodgate: bad rule signature ' .. tostring(sig)) end
 
--- batch is several decisions in one call, in order (redisstore's
--- coalescing of concurrent callers): keys[i] is decision i's key; argv
--- holds, per decision, its argument count and then its arguments (as
--- decide's). Redis TIME is read once for the whole batch. Returns one
--- reply per decision: decide's, or an error for that decision alone.
-local function batch(keys, argv)
-  local out, o, tnow = {}, 0, nil
-  for i = 1, #keys do
-    local n = tonumber(argv[o + 1])
-    if tnow == nil and tonumber(argv[o + 2]) == 0 then tnow = redisnow() end
-    local ok, r = pcall(decide, keys[i], argv, o + 1, tnow)
-    if not ok then
-      if type(r) == 'table' and r.err then r = redis.error_reply(r.err) else r = redis.error_reply(tostring(r)) end
+local function apply(keys, argv)
+  local now = tonumber(argv[1])
+  if now == 0 then now = redisnow() end
+  local n = tonumber(argv[6])
+  local ps = scratch.ps
+  for i = 1, n do
+    local b = 6 + (i - 1) * RULE_FIELDS
+    local p = params(argv[b + 1], argv[b + 2])
+    if p == nil then return badsig(argv[b + 2]) end
+    if p.cal ~= 0 then
+      p.b0, p.b1, p.b2 = tonumber(argv[b + 3]), tonumber(argv[b + 4]), tonumber(argv[b + 5])
     end
-    out[i] = r
-    o = o + 1 + n
+    ps[i] = p
+  end
+  return decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))
+end
+
+local function batch(keys, argv)
+  local pols, o = {}, 1
+  for i = 1, tonumber(argv[1]) do
+    local n, ps = tonumber(argv[o + 1]), {}
+    for r = 1, n do
+      local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
+      if p == nil then return badsig(argv[o + 2 * r + 1]) end
+      ps[r] = p
+    end
+    pols[i] = ps
+    o = o + 1 + 2 * n
+  end
+  local out, tnow = {}, nil
+  for i = 1, #keys do
+    local ps = pols[tonumber(argv[o + 1])]
+    local now = tonumber(argv[o + 2])
+    if now == 0 then
+      tnow = tnow or redisnow()
+      now = tnow
+    end
+    local op, cost, maxdelay, spare = tonumber(argv[o + 3]), tonumber(argv[o + 4]), tonumber(argv[o + 5]), tonumber(argv[o + 6])
+    o = o + 6
+    local n = #ps
+    for r = 1, n do
+      local p = ps[r]
+      if p.cal ~= 0 then
+        p.b0, p.b1, p.b2 = tonumber(argv[o + 1]), tonumber(argv[o + 2]), tonumber(argv[o + 3])
+        o = o + 3
+      end
+    end
+    local ok, res = pcall(decide, keys[i], ps, n, now, op, cost, maxdelay, spare)
+    if not ok then
+      if type(res) == 'table' and res.err then res = redis.error_reply(res.err) else res = redis.error_reply(tostring(res)) end
+    end
+    out[i] = res
   end
   return out
 end
