@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -22,9 +23,15 @@ type breaker struct {
 	open      bool
 	probing   bool
 	openedAt  time.Time
+	// troubled is set while failures, open or probing is: the healthy
+	// path (every call while Redis answers) reads it and takes no lock.
+	troubled atomic.Bool
 }
 
 func (b *breaker) allow() bool {
+	if !b.troubled.Load() {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.open {
@@ -38,13 +45,18 @@ func (b *breaker) allow() bool {
 }
 
 func (b *breaker) success() {
+	if !b.troubled.Load() {
+		return
+	}
 	b.mu.Lock()
 	b.failures, b.open, b.probing = 0, false, false
+	b.troubled.Store(false)
 	b.mu.Unlock()
 }
 
 func (b *breaker) failure() {
 	b.mu.Lock()
+	b.troubled.Store(true)
 	b.failures++
 	if b.probing || b.failures >= b.threshold {
 		b.open, b.probing, b.openedAt = true, false, time.Now()
