@@ -6,7 +6,9 @@
 // servers): the whole policy of a key — several rules, mixed algorithms — is
 // decided atomically in Redis, with the same integer math as the Go engine.
 // The client is rueidis, whose auto-pipelining lets concurrent decisions
-// from many goroutines share round trips.
+// from many goroutines share round trips; on one Redis (standalone or
+// Sentinel) the store also sends concurrent callers' decisions together,
+// many in one call (see coalesce.go and Options.NoCoalescing).
 //
 // Layout: one Redis string per (policy, key), named
 //
