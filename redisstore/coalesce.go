@@ -41,7 +41,60 @@ type coalescer struct {
 	mu       sync.Mutex
 	inflight int
 	queue    []*waiter
-	spare    []*waiter // the slice the queue swaps with
+	spare    []*waiter   // the slice the queue swaps with
+	idle     []*slotConn // connections of free slots
+	closed   bool
+}
+
+// A slotConn is a connection of the coalescer's own (rueidis's dedicated
+// client), used by one slot's goroutine at a time. Called one command at
+// a time by one goroutine, rueidis writes and reads it on that goroutine:
+// none of the hand-offs to its writer and reader goroutines of the shared,
+// auto-pipelined connections, one less wake-up each way per call.
+type slotConn struct {
+	dc      rueidis.DedicatedClient
+	release func()
+	broken  bool // a call failed on it: give it back instead of reusing it
+}
+
+// getConn returns a connection for a slot just taken.
+func (c *coalescer) getConn() *slotConn {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		sc := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return sc
+	}
+	c.mu.Unlock()
+	dc, release := c.s.client.Dedicate()
+	return &slotConn{dc: dc, release: release}
+}
+
+// putConn takes back a slot's connection. A connection a call failed on
+// (a timeout, a broken socket, a server that became a replica) goes back
+// to rueidis, which drops it if it is broken; the next slot gets another.
+func (c *coalescer) putConn(sc *slotConn) {
+	c.mu.Lock()
+	if !sc.broken && !c.closed && len(c.idle) < c.slots {
+		c.idle = append(c.idle, sc)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	sc.release()
+}
+
+// close gives back the idle connections; those in use go back as their
+// calls end.
+func (c *coalescer) close() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	for _, sc := range idle {
+		sc.release()
+	}
 }
 
 // A waiter is one caller's decisions on their way through a batch.
@@ -93,11 +146,12 @@ func (c *coalescer) submit(ctx context.Context, w *waiter) error {
 		if len(batch) > 1 { // others ride along: not bound by this caller's deadline
 			ctx = context.Background()
 		}
+		sc := c.getConn()
 		bctx, cancel := c.s.callContext(ctx)
-		c.send(bctx, batch)
+		c.send(bctx, batch, sc)
 		cancel()
 		<-w.done // set by send, as for every waiter
-		c.release()
+		c.release(sc)
 		return nil
 	}
 	c.queue = append(c.queue, w)
@@ -145,29 +199,35 @@ func (c *coalescer) take(first *waiter) []*waiter {
 
 // release gives back a slot, or, when callers are queued, keeps it and
 // sends them from a goroutine of its own until the queue is empty.
-func (c *coalescer) release() {
+func (c *coalescer) release(sc *slotConn) {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.inflight--
 		c.mu.Unlock()
+		c.putConn(sc)
 		return
 	}
 	batch := c.take(nil)
 	c.mu.Unlock()
-	go c.drain(batch)
+	go c.drain(batch, sc)
 }
 
-func (c *coalescer) drain(batch []*waiter) {
+func (c *coalescer) drain(batch []*waiter, sc *slotConn) {
 	for {
 		if len(batch) > 0 {
+			if sc.broken {
+				c.putConn(sc)
+				sc = c.getConn()
+			}
 			ctx, cancel := c.s.callContext(context.Background())
-			c.send(ctx, batch)
+			c.send(ctx, batch, sc)
 			cancel()
 		}
 		c.mu.Lock()
 		if len(c.queue) == 0 {
 			c.inflight--
 			c.mu.Unlock()
+			c.putConn(sc)
 			return
 		}
 		batch = c.take(nil)
@@ -178,14 +238,16 @@ func (c *coalescer) drain(batch []*waiter) {
 // send decides batch in one call and wakes every waiter but the first
 // when its results are set (the first is the caller of send, or the
 // caller it was queued for).
-func (c *coalescer) send(ctx context.Context, batch []*waiter) {
+func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 	n := 0
 	for _, w := range batch {
 		n += len(w.keys)
 	}
 	if n == 1 && !c.s.batchAlways { // a lone decision: the single call, no batch framing
 		w := batch[0]
-		w.dec[0], w.errs[0] = c.s.decideReply(w.pas[0], c.s.call(ctx, w.keys[0], w.pas[0].singleArgs(w.args[0])))
+		r := c.s.callOn(ctx, sc.dc, w.keys[0], w.pas[0].singleArgs(w.args[0]))
+		sc.broken = r.Error() != nil
+		w.dec[0], w.errs[0] = c.s.decideReply(w.pas[0], r)
 		c.wake(batch)
 		return
 	}
@@ -214,7 +276,9 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter) {
 			args = append(args, dyn...)
 		}
 	}
-	replies, err := c.s.callBatch(ctx, keys, args).ToArray()
+	r := c.s.callBatch(ctx, sc.dc, keys, args)
+	sc.broken = r.Error() != nil
+	replies, err := r.ToArray()
 	if err == nil && len(replies) != n {
 		err = errShortBatch
 	}
@@ -246,10 +310,10 @@ type batchError string
 
 func (e batchError) Error() string { return string(e) }
 
-// callBatch makes several decisions in one call of BatchFunction (the
-// batch script on servers without functions), loading the library first
-// when needed, as call does.
-func (s *Store) callBatch(ctx context.Context, keys, args []string) rueidis.RedisResult {
+// callBatch makes several decisions in one call of BatchFunction on cc
+// (the batch script, on the client, on servers without functions),
+// loading the library first when needed, as call does.
+func (s *Store) callBatch(ctx context.Context, cc rueidis.CoreClient, keys, args []string) rueidis.RedisResult {
 	if s.scriptMode.Load() {
 		return s.batchScript.Exec(ctx, s.client, keys, args)
 	}
@@ -264,13 +328,13 @@ func (s *Store) callBatch(ctx context.Context, keys, args []string) rueidis.Redi
 	build := func() rueidis.Completed {
 		return s.client.B().Fcall().Function(BatchFunction).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	r := s.client.Do(ctx, build())
+	r := cc.Do(ctx, build())
 	if notLoaded(r.Error()) {
 		s.libLoaded.Store(false)
 		if err := s.loadLibrary(ctx); err != nil {
 			return rueidis.NewErrorResult(err)
 		}
-		r = s.client.Do(ctx, build())
+		r = cc.Do(ctx, build())
 	}
 	return r
 }

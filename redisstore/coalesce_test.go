@@ -220,3 +220,48 @@ func TestBatchMixedPolicies(t *testing.T) {
 		}
 	}
 }
+
+// A slot's own connection that breaks (killed by the server here) fails
+// one call, which its rules' failure modes decide, and is replaced: the
+// next calls are Redis's again.
+func TestCoalescerReplacesBrokenConnection(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := floodgate.MustPolicy("conn", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Hour, OnStoreFailure: floodgate.FailOpen})
+	ctx := context.Background()
+	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
+	do := func() floodgate.Decision {
+		t.Helper()
+		d, err := s.Do(ctx, now, p.Op(floodgate.OpAllow, "k", 1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := do(); d.Degraded || d.Remaining != 99 {
+		t.Fatalf("before: %+v", d)
+	}
+	if _, err := redistest.Cmd(srv.Addr, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	degraded := 0
+	if do().Degraded { // the killed connection's call, at most
+		degraded++
+	}
+	for i := range 4 {
+		if d := do(); d.Degraded {
+			t.Fatalf("call %d after the kill: %+v; the broken connection was kept", i+2, d)
+		}
+	}
+	// Seven calls in all, the degraded one not counted by Redis.
+	if d, want := do(), int64(100-7+degraded); d.Remaining != want {
+		t.Fatalf("remaining %d, want %d: every call Redis answered counts", d.Remaining, want)
+	}
+	if degraded != 1 {
+		t.Logf("the killed connection's call was not degraded (rueidis noticed first)")
+	}
+}

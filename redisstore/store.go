@@ -288,6 +288,9 @@ func redact(raw string) string {
 
 // Close closes the store's connections (when New opened them).
 func (s *Store) Close() error {
+	if s.co != nil {
+		s.co.close()
+	}
 	if s.owned {
 		s.client.Close()
 	}
@@ -509,6 +512,11 @@ func noCancel() {}
 // it first if this store has not yet (or Redis lost it: a restart without
 // persistence, a new node); EVALSHA/EVAL on servers without functions.
 func (s *Store) call(ctx context.Context, key string, args []string) rueidis.RedisResult {
+	return s.callOn(ctx, s.client, key, args)
+}
+
+// callOn is call on the connection cc (a coalescer's own, or the client).
+func (s *Store) callOn(ctx context.Context, cc rueidis.CoreClient, key string, args []string) rueidis.RedisResult {
 	if s.scriptMode.Load() {
 		return s.script.Exec(ctx, s.client, []string{key}, args)
 	}
@@ -520,13 +528,13 @@ func (s *Store) call(ctx context.Context, key string, args []string) rueidis.Red
 			return s.script.Exec(ctx, s.client, []string{key}, args)
 		}
 	}
-	r := s.client.Do(ctx, s.fcall(key, args))
+	r := cc.Do(ctx, s.fcall(key, args))
 	if notLoaded(r.Error()) {
 		s.libLoaded.Store(false)
 		if err := s.loadLibrary(ctx); err != nil {
 			return rueidis.NewErrorResult(err)
 		}
-		r = s.client.Do(ctx, s.fcall(key, args))
+		r = cc.Do(ctx, s.fcall(key, args))
 	}
 	return r
 }
