@@ -11,6 +11,7 @@
 #
 # The load generator and the empty handler are the first binary's.
 set -euo pipefail
+. "$(dirname "$0")/service-lib.sh"
 [ $# -ge 1 ] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-6s}
@@ -23,19 +24,9 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 secs() { python3 -c "import sys; s=sys.argv[1]; print(float(s[:-1]) * (60 if s.endswith('m') else 1))" "$1"; }
 
-mkdir -p "$work/rules"
-cat > "$work/rules/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: generic_key
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-YAML
+bench_rules "$work/rules"
 rp=$(freeport)
 redis-server --port "$rp" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" & pids+=($!); redis_pid=$!
 wait_port "$rp"

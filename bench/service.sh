@@ -13,6 +13,7 @@
 # Output: results/service.txt (raw) and results/service.md (the table), or $OUT.txt and $OUT.md.
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./service-lib.sh
 DURATION=${DURATION:-10s}
 work=$(mktemp -d)
 pids=()
@@ -25,19 +26,9 @@ else
 	(cd .. && go build -o "$work/floodgate" ./cmd/floodgate)
 	fg=$work/floodgate
 fi
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-mkdir -p "$work/rules"
-cat > "$work/rules/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: generic_key
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-YAML
+bench_rules "$work/rules"
 
-wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
 ep=$(freeport)
 "$fg" bench --serve-empty 127.0.0.1:$ep & pids+=($!); empty_pid=$!

@@ -200,39 +200,37 @@ func (c *coalescer) take(first *waiter) []*waiter {
 // release gives back a slot, or, when callers are queued, keeps it and
 // sends them from a goroutine of its own until the queue is empty.
 func (c *coalescer) release(sc *slotConn) {
-	c.mu.Lock()
-	if len(c.queue) == 0 {
-		c.inflight--
-		c.mu.Unlock()
-		c.putConn(sc)
-		return
+	if batch := c.next(sc); batch != nil {
+		go c.drain(batch, sc)
 	}
-	batch := c.take(nil)
-	c.mu.Unlock()
-	go c.drain(batch, sc)
 }
 
 func (c *coalescer) drain(batch []*waiter, sc *slotConn) {
-	for {
-		if len(batch) > 0 {
-			if sc.broken {
-				c.putConn(sc)
-				sc = c.getConn()
-			}
-			ctx, cancel := c.s.callContext(context.Background())
-			c.send(ctx, batch, sc)
-			cancel()
-		}
-		c.mu.Lock()
-		if len(c.queue) == 0 {
-			c.inflight--
-			c.mu.Unlock()
+	for ; batch != nil; batch = c.next(sc) {
+		if sc.broken {
 			c.putConn(sc)
-			return
+			sc = c.getConn()
 		}
-		batch = c.take(nil)
-		c.mu.Unlock()
+		ctx, cancel := c.s.callContext(context.Background())
+		c.send(ctx, batch, sc)
+		cancel()
 	}
+}
+
+// next returns the queue's next batch for the slot sc serves; when no one
+// is queued it gives back the slot and sc, and returns nil.
+func (c *coalescer) next(sc *slotConn) []*waiter {
+	c.mu.Lock()
+	for len(c.queue) > 0 {
+		if batch := c.take(nil); len(batch) > 0 {
+			c.mu.Unlock()
+			return batch
+		}
+	}
+	c.inflight--
+	c.mu.Unlock()
+	c.putConn(sc)
+	return nil
 }
 
 // send decides batch in one call and wakes every waiter but the first

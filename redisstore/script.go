@@ -115,37 +115,10 @@ func newPolicyArgs(p *floodgate.Policy) *policyArgs {
 	return pa
 }
 
-// args returns the script's ARGV for one operation at now (0: the script
-// reads Redis TIME), calendar bounds computed around calNow.
+// args returns Function's arguments for one operation at now (0: the
+// script reads Redis TIME), calendar bounds computed around calNow.
 func (pa *policyArgs) args(now, calNow int64, op *floodgate.Op) []string {
-	var maxDelay int64
-	if op.Kind == floodgate.OpReserve {
-		maxDelay = min(op.MaxDelay.Microseconds(), algo.MaxExact)
-	}
-	a := make([]string, 0, 6+len(pa.static))
-	a = append(a,
-		strconv.FormatInt(now, 10),
-		strconv.Itoa(int(op.Kind)),
-		strconv.FormatInt(min(op.Cost, algo.MaxExact), 10),
-		strconv.FormatInt(maxDelay, 10),
-		strconv.FormatUint(op.Spare&(1<<algo.MaxRules-1), 10),
-		strconv.Itoa(len(pa.rules)))
-	a = append(a, pa.static...)
-	if pa.cal {
-		for i := range pa.rules {
-			r := &pa.rules[i]
-			if r.Cal == algo.CalNone {
-				continue
-			}
-			b0, b1 := r.Window(calNow)
-			_, b2 := r.Window(b1)
-			base := 6 + i*ruleFields
-			a[base+2] = strconv.FormatInt(b0, 10)
-			a[base+3] = strconv.FormatInt(b1, 10)
-			a[base+4] = strconv.FormatInt(b2, 10)
-		}
-	}
-	return a
+	return pa.singleArgs(pa.dynArgs(now, calNow, op))
 }
 
 // dynArgs returns one operation's own part of a BatchFunction call (after

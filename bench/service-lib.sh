@@ -1,0 +1,22 @@
+# service-lib.sh: what service.sh and service-ab.sh share (sourced, not run).
+
+# freeport prints a free loopback TCP port.
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# wait_port waits until something listens on loopback port $1 (10 s at most).
+wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+# bench_rules writes the benchmark's rules file into directory $1: one
+# descriptor, a limit no request reaches, so every decision is made in full
+# and admitted.
+bench_rules() {
+	mkdir -p "$1"
+	cat > "$1/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: generic_key
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000000
+YAML
+}
