@@ -46,6 +46,10 @@ type commonConfig struct {
 	logLevel, logFormat              string
 	calendarMonth                    bool
 	drain, reloadEvery, storeTimeout time.Duration
+	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
+	// starts, so a SIGHUP sent as soon as the listeners answer reloads
+	// instead of killing the process (its default action).
+	sigs chan os.Signal
 }
 
 // register adds the shared flags; dataUse and adminDefault differ by command.
@@ -131,6 +135,9 @@ func command(name string, stderr io.Writer, c *commonConfig, flagErr error, run 
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	c.sigs = make(chan os.Signal, 2)
+	signal.Notify(c.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(c.sigs)
 	if err := run(log); err != nil {
 		log.Error(name + ": " + err.Error())
 		return 1
@@ -142,9 +149,12 @@ func command(name string, stderr io.Writer, c *commonConfig, flagErr error, run 
 // --reload-interval) and on SIGHUP, and returns on SIGTERM or SIGINT, when
 // ctx ends, or when a listener fails (errc).
 func (c *commonConfig) serveUntilStopped(ctx context.Context, log *slog.Logger, loader *ruleLoader, errc <-chan error, serving string) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	sigs := c.sigs
+	if sigs == nil {
+		sigs = make(chan os.Signal, 2)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+	}
 	tick := time.NewTicker(c.reloadEvery)
 	defer tick.Stop()
 	log.Info(serving, "store", redactStore(c.store), "rules", c.rulesDir)
