@@ -189,7 +189,8 @@ local function decide(key, ps, n, now, op, cost, maxdelay, spare)
         out[3 * i - 2], out[3 * i - 1], out[3 * i] = ps[i].name, ps[i].sig, st[i]
       end
       for k = 3 * n + 1, #out do out[k] = nil end
-      redis.call('SET', key, cmsgpack.pack(out), 'PX', ceildiv(maxreset, 1000) + 1)
+      -- The TTL as a string: a Lua number would be formatted with %.17g.
+      redis.call('SET', key, cmsgpack.pack(out), 'PX', string.format('%d', ceildiv(maxreset, 1000) + 1))
     end
   end
 
