@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/bench/internal/redisproc"
 	"github.com/floodgate/floodgate/redisstore"
 )
 
@@ -64,7 +65,7 @@ type result struct {
 
 func run(addr string, duration time.Duration, concList string, nkeys int) error {
 	if addr == "" {
-		a, stop, err := startRedis()
+		a, stop, err := redisproc.Start()
 		if err != nil {
 			return err
 		}
@@ -293,34 +294,3 @@ func round(d time.Duration) time.Duration {
 }
 
 // startRedis starts a redis-server on a free loopback port.
-func startRedis() (string, func(), error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, err := os.MkdirTemp("", "redisload")
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir, "--logfile", dir+"/redis.log")
-	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	stop := func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	for i := 0; ; i++ {
-		if rdb.Ping(context.Background()).Err() == nil {
-			return addr, stop, nil
-		}
-		if i > 200 {
-			stop()
-			return "", nil, errors.New("redis-server did not answer")
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
