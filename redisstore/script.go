@@ -115,12 +115,6 @@ func newPolicyArgs(p *floodgate.Policy) *policyArgs {
 	return pa
 }
 
-// args returns Function's arguments for one operation at now (0: the
-// script reads Redis TIME), calendar bounds computed around calNow.
-func (pa *policyArgs) args(now, calNow int64, op *floodgate.Op) []string {
-	return pa.singleArgs(pa.dynArgs(now, calNow, op))
-}
-
 // dynArgs returns one operation's own part of a BatchFunction call (after
 // its policy's index): now (0: Redis TIME), op, cost, max delay, spare
 // mask, then b0, b1, b2 for each calendar rule, around calNow.

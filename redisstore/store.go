@@ -332,12 +332,8 @@ func (s *Store) policyArgs(p *floodgate.Policy) *policyArgs {
 }
 
 func (s *Store) scriptArgs(now int64, op *floodgate.Op) (*policyArgs, []string) {
-	pa := s.policyArgs(op.Policy)
-	t := now
-	if !s.opts.ClientTime {
-		t = 0
-	}
-	return pa, pa.args(t, now, op)
+	pa, dyn := s.dynArgs(now, op)
+	return pa, pa.singleArgs(dyn)
 }
 
 // dynArgs returns op's policy arguments and its own part of a batch call.

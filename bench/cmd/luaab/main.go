@@ -53,14 +53,11 @@ func run(addr, beforePath string, n, rounds int) error {
 	if err != nil {
 		return err
 	}
-	if addr == "" {
-		a, stop, err := redisproc.Start()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		addr = a
+	addr, stop, err := redisproc.Use(addr)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return err

@@ -64,14 +64,11 @@ type result struct {
 }
 
 func run(addr string, duration time.Duration, concList string, nkeys int) error {
-	if addr == "" {
-		a, stop, err := redisproc.Start()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		addr = a
+	addr, stop, err := redisproc.Use(addr)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	var concs []int
 	for _, c := range strings.Split(concList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))

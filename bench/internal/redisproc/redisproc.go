@@ -51,3 +51,12 @@ func Start() (addr string, stop func(), err error) {
 		time.Sleep(25 * time.Millisecond)
 	}
 }
+
+// Use returns addr when it is given (with a stop that does nothing), or
+// starts a redis-server as Start does.
+func Use(addr string) (string, func(), error) {
+	if addr != "" {
+		return addr, func() {}, nil
+	}
+	return Start()
+}
