@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -347,11 +349,25 @@ func (s *Store) decideReply(pa *policyArgs, r rueidis.RedisResult) (floodgate.De
 }
 
 // decideMessage turns one decision's part of a batch reply into a
-// decision.
+// decision: 52 bytes, big-endian, as 90_apply.lua packs them (four values
+// of one byte, six of eight), or an error for that decision alone.
 func (s *Store) decideMessage(pa *policyArgs, m *rueidis.RedisMessage) (floodgate.Decision, error) {
-	v, err := m.AsIntSlice()
+	b, err := m.ToString()
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	return pa.result(v)
+	if len(b) != batchReplySize {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: batch decision of %d bytes, want %d", len(b), batchReplySize)
+	}
+	var v [10]int64
+	for k := range 4 {
+		v[k] = int64(b[k])
+	}
+	for k := range 6 {
+		v[4+k] = int64(binary.BigEndian.Uint64([]byte(b[4+8*k : 12+8*k])))
+	}
+	return pa.result(v[:])
 }
+
+// batchReplySize is the size of one decision in a batch reply.
+const batchReplySize = 4 + 6*8

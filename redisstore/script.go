@@ -24,9 +24,10 @@ var luaFiles embed.FS
 
 // LibraryName is the function library's name, Function the function one
 // decision calls, and BatchFunction the function that makes several
-// decisions in one call (KEYS: one key per decision; ARGV: per decision,
-// its argument count and then Function's arguments; the reply: one of
-// Function's replies per decision, or an error for that decision alone).
+// decisions in one call (KEYS: one key per decision; ARGV: each policy's
+// rules once, then each decision's own numbers, as 90_apply.lua says; the
+// reply: per decision, Function's ten numbers packed into 52 bytes, or an
+// error for that decision alone).
 // The "1" is the layout version of the keys.
 const (
 	LibraryName   = "floodgate_v1"
