@@ -102,7 +102,7 @@ func (c *coalescer) close() {
 // A waiter is one caller's decisions on their way through a batch.
 type waiter struct {
 	keys []string
-	args [][]string // each decision's dynArgs
+	nums []opNums // each decision's own numbers
 	pas  []*policyArgs
 	dec  []floodgate.Decision
 	errs []error
@@ -115,14 +115,14 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{done: make(chan stru
 
 func getWaiter(n int) *waiter {
 	w := waiterPool.Get().(*waiter)
-	w.keys, w.args, w.pas = w.keys[:0], w.args[:0], w.pas[:0]
+	w.keys, w.nums, w.pas = w.keys[:0], w.nums[:0], w.pas[:0]
 	w.dec = append(w.dec[:0], make([]floodgate.Decision, n)...)
 	w.errs = append(w.errs[:0], make([]error, n)...)
 	return w
 }
 
 func putWaiter(w *waiter) {
-	clear(w.args[:cap(w.args)])
+	clear(w.nums[:cap(w.nums)])
 	clear(w.keys[:cap(w.keys)])
 	clear(w.pas[:cap(w.pas)])
 	clear(w.errs)
@@ -130,10 +130,10 @@ func putWaiter(w *waiter) {
 }
 
 // add appends one decision's call to w.
-func (w *waiter) add(key string, pa *policyArgs, args []string) {
+func (w *waiter) add(key string, pa *policyArgs, o opNums) {
 	w.keys = append(w.keys, key)
 	w.pas = append(w.pas, pa)
-	w.args = append(w.args, args)
+	w.nums = append(w.nums, o)
 }
 
 // submit decides w's calls in some batch. It returns once they are
@@ -245,20 +245,20 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 	}
 	if n == 1 && !c.s.batchAlways { // a lone decision: the single call, no batch framing
 		w := batch[0]
-		r := c.s.callOn(ctx, sc.dc, w.keys[0], w.pas[0].singleArgs(w.args[0]))
+		r := c.s.callOn(ctx, sc.dc, w.keys[0], w.pas[0].singleArgs(w.nums[0]))
 		sc.broken = r.Error() != nil
 		w.dec[0], w.errs[0] = c.s.decideReply(w.pas[0], r)
 		c.wake(batch)
 		return
 	}
-	// The policies of the batch, each sent once: usually one or two.
+	// The policies of the batch, each sent once (usually one or two), then
+	// each decision packed in one string.
 	var pols []*policyArgs
 	keys := make([]string, 0, n)
 	nargs := 1 + n
 	for _, w := range batch {
 		keys = append(keys, w.keys...)
-		for j, pa := range w.pas {
-			nargs += len(w.args[j])
+		for _, pa := range w.pas {
 			if !slices.Contains(pols, pa) {
 				pols = append(pols, pa)
 				nargs += 1 + 2*len(pa.rules)
@@ -270,10 +270,11 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 	for _, pa := range pols {
 		args = pa.batchStatic(args)
 	}
+	var buf []byte
 	for _, w := range batch {
-		for j, dyn := range w.args {
-			args = append(args, strconv.Itoa(1+slices.Index(pols, w.pas[j])))
-			args = append(args, dyn...)
+		for j := range w.nums {
+			buf = appendPacked(buf[:0], 1+slices.Index(pols, w.pas[j]), &w.nums[j])
+			args = append(args, string(buf))
 		}
 	}
 	r := c.s.callBatch(ctx, sc.dc, keys, args)

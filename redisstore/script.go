@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"embed"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -116,25 +117,20 @@ func newPolicyArgs(p *floodgate.Policy) *policyArgs {
 	return pa
 }
 
-// dynArgs returns one operation's own part of a BatchFunction call (after
-// its policy's index): now (0: Redis TIME), op, cost, max delay, spare
-// mask, then b0, b1, b2 for each calendar rule, around calNow.
-func (pa *policyArgs) dynArgs(now, calNow int64, op *floodgate.Op) []string {
+// opNums are one operation's own numbers: now (0: Redis TIME), op, cost,
+// max delay and spare mask, then b0, b1, b2 for each calendar rule.
+type opNums struct {
+	v   [5]int64
+	cal []int64
+}
+
+// nums returns op's numbers at now, calendar bounds around calNow.
+func (pa *policyArgs) nums(now, calNow int64, op *floodgate.Op) opNums {
 	var maxDelay int64
 	if op.Kind == floodgate.OpReserve {
 		maxDelay = min(op.MaxDelay.Microseconds(), algo.MaxExact)
 	}
-	n := 5
-	if pa.cal {
-		n += 3 * len(pa.rules)
-	}
-	a := make([]string, 0, n)
-	a = append(a,
-		strconv.FormatInt(now, 10),
-		strconv.Itoa(int(op.Kind)),
-		strconv.FormatInt(min(op.Cost, algo.MaxExact), 10),
-		strconv.FormatInt(maxDelay, 10),
-		strconv.FormatUint(op.Spare&(1<<algo.MaxRules-1), 10))
+	o := opNums{v: [5]int64{now, int64(op.Kind), min(op.Cost, algo.MaxExact), maxDelay, int64(op.Spare & (1<<algo.MaxRules - 1))}}
 	if pa.cal {
 		for i := range pa.rules {
 			r := &pa.rules[i]
@@ -143,30 +139,46 @@ func (pa *policyArgs) dynArgs(now, calNow int64, op *floodgate.Op) []string {
 			}
 			b0, b1 := r.Window(calNow)
 			_, b2 := r.Window(b1)
-			a = append(a, strconv.FormatInt(b0, 10), strconv.FormatInt(b1, 10), strconv.FormatInt(b2, 10))
+			o.cal = append(o.cal, b0, b1, b2)
 		}
+	}
+	return o
+}
+
+// singleArgs returns Function's arguments for an operation's numbers.
+func (pa *policyArgs) singleArgs(o opNums) []string {
+	a := make([]string, 0, 6+len(pa.static))
+	for _, v := range o.v {
+		a = append(a, strconv.FormatInt(v, 10))
+	}
+	a = append(a, strconv.Itoa(len(pa.rules)))
+	a = append(a, pa.static...)
+	k := 0
+	for i := range pa.rules {
+		if pa.rules[i].Cal == algo.CalNone {
+			continue
+		}
+		base := 6 + i*ruleFields
+		for f := range 3 {
+			a[base+2+f] = strconv.FormatInt(o.cal[k+f], 10)
+		}
+		k += 3
 	}
 	return a
 }
 
-// singleArgs turns an operation's dynArgs into Function's arguments.
-func (pa *policyArgs) singleArgs(dyn []string) []string {
-	a := make([]string, 0, 6+len(pa.static))
-	a = append(a, dyn[:5]...)
-	a = append(a, strconv.Itoa(len(pa.rules)))
-	a = append(a, pa.static...)
-	if pa.cal {
-		k := 5
-		for i := range pa.rules {
-			if pa.rules[i].Cal == algo.CalNone {
-				continue
-			}
-			base := 6 + i*ruleFields
-			copy(a[base+2:base+5], dyn[k:k+3])
-			k += 3
-		}
+// appendPacked appends an operation's part of a BatchFunction call, one
+// string (90_apply.lua unpacks it): its policy's index (uint16), then its
+// numbers (int64 each), big-endian.
+func appendPacked(b []byte, policy int, o *opNums) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(policy))
+	for _, v := range o.v {
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
 	}
-	return a
+	for _, v := range o.cal {
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
+	}
+	return b
 }
 
 // batchStatic appends the policy's part of a BatchFunction call: its rule

@@ -332,18 +332,18 @@ func (s *Store) policyArgs(p *floodgate.Policy) *policyArgs {
 }
 
 func (s *Store) scriptArgs(now int64, op *floodgate.Op) (*policyArgs, []string) {
-	pa, dyn := s.dynArgs(now, op)
-	return pa, pa.singleArgs(dyn)
+	pa, o := s.nums(now, op)
+	return pa, pa.singleArgs(o)
 }
 
-// dynArgs returns op's policy arguments and its own part of a batch call.
-func (s *Store) dynArgs(now int64, op *floodgate.Op) (*policyArgs, []string) {
+// nums returns op's policy arguments and its own numbers.
+func (s *Store) nums(now int64, op *floodgate.Op) (*policyArgs, opNums) {
 	pa := s.policyArgs(op.Policy)
 	t := now
 	if !s.opts.ClientTime {
 		t = 0
 	}
-	return pa, pa.dynArgs(t, now, op)
+	return pa, pa.nums(t, now, op)
 }
 
 // Stats are a store's counters.
@@ -377,8 +377,8 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	var err error
 	if s.co != nil {
 		w := getWaiter(1)
-		pa, dyn := s.dynArgs(now, &op)
-		w.add(key, pa, dyn)
+		pa, o := s.nums(now, &op)
+		w.add(key, pa, o)
 		if err := s.co.submit(ctx, w); err != nil {
 			return floodgate.Decision{}, err // the caller gave up
 		}
@@ -435,8 +435,8 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 	if s.co != nil {
 		w := getWaiter(len(ops))
 		for i := range ops {
-			pa, dyn := s.dynArgs(now, &ops[i])
-			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, dyn)
+			pa, o := s.nums(now, &ops[i])
+			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
 		}
 		if err := s.co.submit(ctx, w); err != nil {
 			return err // the caller gave up

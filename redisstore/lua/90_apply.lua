@@ -11,9 +11,10 @@
 -- batch    several decisions, in order (redisstore's coalescing of
 --          concurrent callers). keys[i] is decision i's key; argv: the
 --          policy count, then per policy its rule count and per rule its
---          name and signature; then per decision: its policy (1-based),
---          now, op, cost, max delay, spare mask, and b0, b1, b2 for each
---          calendar rule of its policy. Redis TIME is read once.
+--          name and signature; then per decision one string, big-endian:
+--          its policy (uint16, 1-based), then as int64s now, op, cost, max
+--          delay, spare mask, and b0, b1, b2 for each calendar rule of its
+--          policy. Redis TIME is read once.
 --
 -- A decision returns {allowed, too large, excess, deciding rule (0-based),
 -- limit, remaining, reset after, retry after, delay, now}; in a batch, the
@@ -231,21 +232,16 @@ local function batch(keys, argv)
   end
   local out, tnow = {}, nil
   for i = 1, #keys do
-    local ps = pols[tonumber(argv[o + 1])]
-    local now = tonumber(argv[o + 2])
+    local pi, now, op, cost, maxdelay, spare, nx = struct.unpack('>Hi8i8i8i8i8', argv[o + i])
+    local ps = pols[pi]
     if now == 0 then
       tnow = tnow or redisnow()
       now = tnow
     end
-    local op, cost, maxdelay, spare = tonumber(argv[o + 3]), tonumber(argv[o + 4]), tonumber(argv[o + 5]), tonumber(argv[o + 6])
-    o = o + 6
     local n = #ps
     for r = 1, n do
       local p = ps[r]
-      if p.cal ~= 0 then
-        p.b0, p.b1, p.b2 = tonumber(argv[o + 1]), tonumber(argv[o + 2]), tonumber(argv[o + 3])
-        o = o + 3
-      end
+      if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', argv[o + i], nx) end
     end
     local ok, res = pcall(decide, keys[i], ps, n, now, op, cost, maxdelay, spare)
     if not ok then
@@ -253,7 +249,7 @@ local function batch(keys, argv)
     end
     if ok and res.err == nil then
       -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
-      -- integers (redisstore's decodeBatchReply); cheaper to build, send
+      -- integers (redisstore's decideMessage); cheaper to build, send
       -- and parse than an array of ten integers.
       res = struct.pack('>BBBBi8i8i8i8i8i8', res[1], res[2], res[3], res[4], res[5], res[6], res[7], res[8], res[9], res[10])
     end
