@@ -36,11 +36,7 @@ func fcalls(t *testing.T, addr string) int {
 // exactly its limit.
 func TestCoalescedConcurrentExact(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
 	if !redisstore.Coalescing(s) {
 		t.Fatal("a standalone store does not coalesce")
 	}
@@ -85,11 +81,7 @@ func TestCoalescedConcurrentExact(t *testing.T) {
 // batch in flight completes.
 func TestCoalescedCallerLeavesQueue(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 10 * time.Second, Batches: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, redisstore.Options{Timeout: 10 * time.Second, Batches: 1})
 	p := floodgate.MustPolicy("q", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
 	ctx := context.Background()
 	if _, err := s.Do(ctx, 0, p.Op(floodgate.OpAllow, "warm", 1, 0)); err != nil { // loads the library
@@ -132,11 +124,7 @@ func TestCoalescedCallerLeavesQueue(t *testing.T) {
 // batch that finds the library gone loads it again.
 func TestBatchOneBadKey(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
 	p := floodgate.MustPolicy("bad", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, OnStoreFailure: floodgate.FailClosed})
 	ctx := context.Background()
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
@@ -176,15 +164,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // each sent once per batch) decides as separate calls do.
 func TestBatchMixedPolicies(t *testing.T) {
 	srv := redistest.Standalone(t)
-	open := func(prefix string, noCoalescing bool) *redisstore.Store {
-		s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, Prefix: prefix, NoCoalescing: noCoalescing})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	batched, single := open("mixb", false), open("mixs", true)
+	opts := redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, Prefix: "mixb"}
+	batched := openStore(t, srv, opts)
+	opts.Prefix, opts.NoCoalescing = "mixs", true
+	single := openStore(t, srv, opts)
 	paris, _ := time.LoadLocation("Europe/Paris")
 	pols := []*floodgate.Policy{
 		floodgate.MustPolicy("day", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 7, Calendar: floodgate.CalendarDay, Location: paris}),
@@ -226,11 +209,7 @@ func TestBatchMixedPolicies(t *testing.T) {
 // next calls are Redis's again.
 func TestCoalescerReplacesBrokenConnection(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
 	p := floodgate.MustPolicy("conn", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Hour, OnStoreFailure: floodgate.FailOpen})
 	ctx := context.Background()
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
@@ -264,4 +243,15 @@ func TestCoalescerReplacesBrokenConnection(t *testing.T) {
 	if degraded != 1 {
 		t.Logf("the killed connection's call was not degraded (rueidis noticed first)")
 	}
+}
+
+// openStore opens a store on srv, closed when the test ends.
+func openStore(t *testing.T, srv *redistest.Server, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New("redis://"+srv.Addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
