@@ -26,13 +26,14 @@ import (
 // part once, so Redis spends its time on the decisions themselves, and
 // both sides make fewer system calls.
 //
-// How: at most Options.Pipelines batches are in flight. A caller that
+// How: at most Options.Batches batches are in flight. A caller that
 // finds a slot free sends its own decisions at once, with whatever is
 // queued (so a lone caller waits for nobody); one that finds every slot
 // busy queues, and is sent with the queue as soon as a batch comes back,
 // by the goroutine that sent that batch. A caller that gives up while
 // queued is dropped from the queue, never decided; one that gives up once
-// its batch is sent leaves at once, though Redis may still apply it.
+// its batch is sent leaves at once, though Redis may still apply it (the
+// caller sending a batch waits for its call: Options.Timeout at most).
 // Decisions keep their order: a batch runs them one after the other, as
 // separate calls would. In a Cluster each call is bound to one slot and
 // keys rarely share one, so there every decision is a call of its own.
