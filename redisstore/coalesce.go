@@ -252,32 +252,7 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 		c.wake(batch)
 		return
 	}
-	// The policies of the batch, each sent once (usually one or two), then
-	// each decision packed in one string.
-	var pols []*policyArgs
-	keys := make([]string, 0, n)
-	nargs := 1 + n
-	for _, w := range batch {
-		keys = append(keys, w.keys...)
-		for _, pa := range w.pas {
-			if !slices.Contains(pols, pa) {
-				pols = append(pols, pa)
-				nargs += 1 + 2*len(pa.rules)
-			}
-		}
-	}
-	args := make([]string, 0, nargs)
-	args = append(args, strconv.Itoa(len(pols)))
-	for _, pa := range pols {
-		args = pa.batchStatic(args)
-	}
-	var buf []byte
-	for _, w := range batch {
-		for j := range w.nums {
-			buf = appendPacked(buf[:0], 1+slices.Index(pols, w.pas[j]), &w.nums[j])
-			args = append(args, string(buf))
-		}
-	}
+	keys, args := batchArgs(batch, n)
 	r := c.s.callBatch(ctx, sc.dc, keys, args)
 	sc.broken = r.Error() != nil
 	replies, err := r.ToArray()
@@ -296,6 +271,37 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 		}
 	}
 	c.wake(batch)
+}
+
+// batchArgs returns the keys and arguments of BatchFunction deciding the n
+// decisions of batch: the policies of the batch, each sent once (usually
+// one or two), then each decision packed in one string.
+func batchArgs(batch []*waiter, n int) (keys, args []string) {
+	var pols []*policyArgs
+	keys = make([]string, 0, n)
+	nargs := 1 + n
+	for _, w := range batch {
+		keys = append(keys, w.keys...)
+		for _, pa := range w.pas {
+			if !slices.Contains(pols, pa) {
+				pols = append(pols, pa)
+				nargs += 1 + 2*len(pa.rules)
+			}
+		}
+	}
+	args = make([]string, 0, nargs)
+	args = append(args, strconv.Itoa(len(pols)))
+	for _, pa := range pols {
+		args = pa.batchStatic(args)
+	}
+	var buf []byte
+	for _, w := range batch {
+		for j := range w.nums {
+			buf = appendPacked(buf[:0], 1+slices.Index(pols, w.pas[j]), &w.nums[j])
+			args = append(args, string(buf))
+		}
+	}
+	return keys, args
 }
 
 // wake tells every waiter of batch, the first (whose caller is sending,

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -254,4 +255,42 @@ func openStore(t *testing.T, srv *redistest.Server, opts redisstore.Options) *re
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// BatchCommand is the very call the store sends for decisions made
+// together: run by hand, it decides them, as tools replaying it expect.
+func TestBatchCommand(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	p := floodgate.MustPolicy("bc", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	ctx := context.Background()
+	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
+	ops := []floodgate.Op{p.Op(floodgate.OpAllow, "a", 1, 0), p.Op(floodgate.OpAllow, "b", 2, 0)}
+	cmd, err := s.BatchCommand(ctx, now, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd[0] != "FCALL" || cmd[1] != redisstore.BatchFunction || cmd[2] != "2" {
+		t.Fatalf("command %q", cmd[:3])
+	}
+	c := s.Client()
+	for run := 1; run <= 2; run++ {
+		replies, err := c.Do(ctx, c.B().Arbitrary(cmd[0]).Args(cmd[1:]...).Build()).ToArray()
+		if err != nil || len(replies) != 2 {
+			t.Fatalf("run %d: %v %v", run, replies, err)
+		}
+		for i, r := range replies {
+			b, err := r.ToString()
+			if err != nil || len(b) != 52 {
+				t.Fatalf("run %d decision %d: %q %v", run, i, b, err)
+			}
+			remaining := int64(binary.BigEndian.Uint64([]byte(b[12:20])))
+			if want := 5 - int64(run)*ops[i].Cost; b[0] != 1 || remaining != want {
+				t.Fatalf("run %d decision %d: allowed %d remaining %d, want 1 and %d", run, i, b[0], remaining, want)
+			}
+		}
+	}
+	if d, _ := s.Do(ctx, now, p.Op(floodgate.OpPeek, "b", 0, 0)); d.Remaining != 1 {
+		t.Fatalf("b remaining %d after two runs of cost 2, want 1", d.Remaining)
+	}
 }

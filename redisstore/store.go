@@ -655,6 +655,32 @@ func (s *Store) degrade(ctx context.Context, now int64, op *floodgate.Op, cause 
 	return d
 }
 
+// BatchCommand returns the exact Redis command the store sends when it
+// decides ops at now together (coalescing; see Command): FCALL of
+// BatchFunction, or EVALSHA of BatchScript() on servers without
+// functions. It loads the library first.
+func (s *Store) BatchCommand(ctx context.Context, now int64, ops []floodgate.Op) ([]string, error) {
+	if err := s.loadLibrary(ctx); err != nil {
+		return nil, err
+	}
+	w := &waiter{}
+	for i := range ops {
+		if ops[i].Policy == nil {
+			return nil, errNoPolicy
+		}
+		pa, o := s.nums(now, &ops[i])
+		w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
+	}
+	keys, args := batchArgs([]*waiter{w}, len(ops))
+	head := []string{"FCALL", BatchFunction}
+	if s.scriptMode.Load() {
+		head = []string{"EVALSHA", sha1hex(BatchScript())}
+	}
+	cmd := append(head, strconv.Itoa(len(keys)))
+	cmd = append(cmd, keys...)
+	return append(cmd, args...), nil
+}
+
 // Command returns the exact Redis command the store sends for op at now
 // (now is ignored unless ClientTime): FCALL of the library's function, or
 // EVALSHA of Script() on servers without functions, with its key and

@@ -44,7 +44,7 @@ local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, 
 local function b01(x) if x then return 1 end return 0 end
 
 -- decide makes one decision on key under the rules ps[1..n] (their
--- calendar bounds set).
+-- calendar bounds set), and returns its ten numbers.
 local function decide(key, ps, n, now, op, cost, maxdelay, spare)
   -- Load each rule's state by name; convert state written under other
   -- parameters. A stored rule this policy version no longer has is dropped
@@ -196,7 +196,7 @@ local function decide(key, ps, n, now, op, cost, maxdelay, spare)
     end
   end
 
-  return {b01(allowed), b01(toolarge), b01(excess), rule, dp.limit, remaining, resetafter, retryafter, delayout, now}
+  return b01(allowed), b01(toolarge), b01(excess), rule, dp.limit, remaining, resetafter, retryafter, delayout, now
 end
 
 local function badsig(sig) return redis.error_reply('floodgate: bad rule signature ' .. tostring(sig)) end
@@ -215,7 +215,7 @@ local function apply(keys, argv)
     end
     ps[i] = p
   end
-  return decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))
+  return {decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))}
 end
 
 local function batch(keys, argv)
@@ -243,15 +243,17 @@ local function batch(keys, argv)
       local p = ps[r]
       if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', argv[o + i], nx) end
     end
-    local ok, res = pcall(decide, keys[i], ps, n, now, op, cost, maxdelay, spare)
-    if not ok then
-      if type(res) == 'table' and res.err then res = redis.error_reply(res.err) else res = redis.error_reply(tostring(res)) end
-    end
-    if ok and res.err == nil then
+    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, op, cost, maxdelay, spare)
+    local res
+    if ok then
       -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
       -- integers (redisstore's decideMessage); cheaper to build, send
       -- and parse than an array of ten integers.
-      res = struct.pack('>BBBBi8i8i8i8i8i8', res[1], res[2], res[3], res[4], res[5], res[6], res[7], res[8], res[9], res[10])
+      res = struct.pack('>BBBBi8i8i8i8i8i8', a, b, c, d, e, f, g, h, k, l)
+    elseif type(a) == 'table' and a.err then
+      res = redis.error_reply(a.err)
+    else
+      res = redis.error_reply(tostring(a))
     end
     out[i] = res
   end

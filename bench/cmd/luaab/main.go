@@ -71,32 +71,35 @@ func run(addr, beforePath string, n, rounds int) error {
 		}
 	}
 
-	// The arguments of n decisions under one policy, as the store sends
-	// them (one rule: a fixed window no request reaches).
-	st, err := redisstore.New("redis://"+addr, redisstore.Options{})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	// n decisions under one policy (one rule: a fixed window no request
+	// reaches), as the store sends them together; keys of their own for
+	// each library.
 	p := floodgate.MustPolicy("ab", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1_000_000_000, Period: time.Second})
-	cmd, err := st.Command(context.Background(), 0, p.Op(floodgate.OpAllow, "k", 1, 0))
+	ops := make([]floodgate.Op, n)
+	for i := range ops {
+		ops[i] = p.Op(floodgate.OpAllow, fmt.Sprint("k", i), 1, 0)
+	}
+	batch := func(fn, prefix string) ([]string, error) {
+		st, err := redisstore.New("redis://"+addr, redisstore.Options{Prefix: prefix})
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		cmd, err := st.BatchCommand(context.Background(), 0, ops)
+		if err != nil {
+			return nil, err
+		}
+		cmd[1] = fn
+		return cmd, nil
+	}
+	a, err := batch("luaab_before_batch", "before")
 	if err != nil {
 		return err
 	}
-	single := cmd[4:] // after FCALL, the function, 1, the key
-	batch := func(fn, prefix string) []string {
-		args := []string{"FCALL", fn, strconv.Itoa(n)}
-		for i := range n {
-			args = append(args, fmt.Sprintf("%s:{k%d}:ab", prefix, i))
-		}
-		args = append(args, "1", "1", single[6], single[7]) // one policy: one rule's name and signature
-		for range n {
-			args = append(args, "1")           // the policy
-			args = append(args, single[:5]...) // now (0: Redis TIME), op, cost, max delay, spare
-		}
-		return args
+	b, err := batch("luaab_after_batch", "after")
+	if err != nil {
+		return err
 	}
-	a, b := batch("luaab_before_batch", "before"), batch("luaab_after_batch", "after")
 	libs := [2][]string{a, b}
 	var times [2][]time.Duration
 	for i := range rounds {
