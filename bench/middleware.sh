@@ -27,6 +27,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")"
 here=$(pwd)
+. ./lib.sh
 COUNT=${COUNT:-6}
 BENCHTIME=${BENCHTIME:-1s}
 CPU=${CPU:-1,2}
@@ -37,16 +38,7 @@ mkdir -p "$(dirname "$OUT")"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-src=$here
-if [[ -n $REF ]]; then
-	# Export the engine at REF and put this benchmark module beside it, so
-	# that replace => ../ points at the exported engine.
-	git -C .. archive "$REF" | tar -x -C "$work"
-	rm -rf "$work/bench"
-	mkdir "$work/bench"
-	cp -r go.mod go.sum ./*.go cmd "$work/bench/"
-	src=$work/bench
-fi
+src=$(bench_src "$here" "$REF" "$work")
 
 engine_rev=$(git -C .. rev-parse --short HEAD)
 if [[ -n $REF ]]; then

@@ -11,7 +11,7 @@
 #
 # The load generator and the empty handler are the first binary's.
 set -euo pipefail
-. "$(dirname "$0")/service-lib.sh"
+. "$(dirname "$0")/lib.sh"
 [ $# -ge 1 ] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-6s}

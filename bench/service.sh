@@ -13,7 +13,7 @@
 # Output: results/service.txt (raw) and results/service.md (the table), or $OUT.txt and $OUT.md.
 set -euo pipefail
 cd "$(dirname "$0")"
-. ./service-lib.sh
+. ./lib.sh
 DURATION=${DURATION:-10s}
 work=$(mktemp -d)
 pids=()

@@ -481,20 +481,13 @@ func TestRawRequest(t *testing.T) {
 // draft wants: for a rules file's limit with several rules, for a Go
 // policy with several rules, and for a ban.
 func TestRateLimitNamesAPolicy(t *testing.T) {
-	d, err := rules.Parse("r.yaml", []byte(`domain: d
+	cfg := configOf(t, "r.yaml", `domain: d
 descriptors:
   - key: user
     rate_limits:
       - {name: per_minute, unit: minute, requests_per_unit: 2, algorithm: token_bucket}
       - {name: per_hour, unit: hour, requests_per_unit: 100, algorithm: token_bucket}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	clk := clock.NewManual(t0)
 	ms, _ := memstore.New(memstore.Options{Clock: clk, SweepInterval: -1})
 	defer ms.Close()
@@ -524,7 +517,7 @@ descriptors:
 
 // FromRules turns every field of an http route into the gate's limit.
 func TestFromRules(t *testing.T) {
-	d, err := rules.Parse("edge.yaml", []byte(`domain: edge
+	cfg := configOf(t, "edge.yaml", `domain: edge
 descriptors:
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 10}
@@ -548,14 +541,7 @@ http:
   - name: ip
     key: [remote_address]
     action: shadow
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ls, err := FromRules(cfg)
 	if err != nil || len(ls) != 2 {
 		t.Fatalf("%d limits, %v", len(ls), err)
@@ -583,4 +569,18 @@ http:
 		t.Fatalf("the limits do not build a gate: %v", err)
 	}
 	g.Close()
+}
+
+// configOf parses one rules file (named name, for errors) into a Config.
+func configOf(t *testing.T, name, yaml string) *rules.Config {
+	t.Helper()
+	d, err := rules.Parse(name, []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

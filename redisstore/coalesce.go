@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -312,11 +313,7 @@ func (c *coalescer) wake(batch []*waiter) {
 	}
 }
 
-var errShortBatch = batchError("redisstore: batch reply has the wrong number of decisions")
-
-type batchError string
-
-func (e batchError) Error() string { return string(e) }
+var errShortBatch = errors.New("redisstore: batch reply has the wrong number of decisions")
 
 // callBatch makes several decisions in one call of BatchFunction on cc
 // (the batch script, on the client, on servers without functions),

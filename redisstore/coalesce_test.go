@@ -294,3 +294,36 @@ func TestBatchCommand(t *testing.T) {
 		t.Fatalf("b remaining %d after two runs of cost 2, want 1", d.Remaining)
 	}
 }
+
+// A batch carries at most MaxBatch decisions: ten callers queued behind
+// one call in flight go in batches of three.
+func TestCoalescerMaxBatch(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := openStore(t, srv, redisstore.Options{Timeout: 10 * time.Second, Batches: 1, MaxBatch: 3})
+	p := floodgate.MustPolicy("mb", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	ctx := context.Background()
+	if _, err := s.Do(ctx, 0, p.Op(floodgate.OpAllow, "warm", 1, 0)); err != nil { // loads the library
+		t.Fatal(err)
+	}
+	before := fcalls(t, srv.Addr)
+	srv.Pause()
+	var wg sync.WaitGroup
+	do := func(key string) {
+		wg.Go(func() {
+			if d, err := s.Do(ctx, 0, p.Op(floodgate.OpAllow, key, 1, 0)); err != nil || !d.Allowed || d.Degraded || d.Remaining != 4 {
+				t.Errorf("%s: %+v %v", key, d, err)
+			}
+		})
+	}
+	do("first")
+	waitUntil(t, "the first call in flight", func() bool { in, _ := redisstore.CoalescerState(s); return in == 1 })
+	for i := range 9 {
+		do(fmt.Sprint("queued", i))
+	}
+	waitUntil(t, "nine callers queued", func() bool { _, q := redisstore.CoalescerState(s); return q == 9 })
+	srv.Resume()
+	wg.Wait()
+	if calls := fcalls(t, srv.Addr) - before; calls != 4 {
+		t.Fatalf("%d calls, want 4: the first alone, then three batches of three", calls)
+	}
+}

@@ -132,15 +132,7 @@ func TestProxyUpgradeFields(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", proxyRules)
 	p := startProxy(t, up.URL, dir)
-	conn, err := net.Dial("tcp", p.addrs["proxy"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(conn, "GET /limited/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
+	_, br, resp, err := rawRequest(t, p.addrs["proxy"], "GET /limited/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 	if err != nil || resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "websocket" ||
 		resp.Header.Get("RateLimit-Policy") == "" || resp.Header.Get("Content-Type") != "" {
 		t.Fatalf("%v %v", resp, err)

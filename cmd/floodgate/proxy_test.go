@@ -300,15 +300,7 @@ func TestProxyPassesWebSocket(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", proxyRules)
 	p := startProxy(t, up.URL, dir)
-	conn, err := net.Dial("tcp", p.addrs["proxy"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
+	conn, br, resp, err := rawRequest(t, p.addrs["proxy"], "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 	if err != nil || resp.StatusCode != 101 {
 		t.Fatalf("upgrade: %v %v", resp, err)
 	}
@@ -424,4 +416,21 @@ func TestProxyHostileRequests(t *testing.T) {
 	if code, _, body := proxyGet(t, base+"/free"); code != 200 || body != "ok" {
 		t.Fatalf("after hostile requests: %d %q", code, body)
 	}
+}
+
+// rawRequest dials addr, writes req as it is and reads the response's
+// head; the connection (and its reader, for what follows) stays open until
+// the test ends, with a 20 s deadline.
+func rawRequest(t *testing.T, addr, req string) (net.Conn, *bufio.Reader, *http.Response, error) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(conn, req)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	return conn, br, resp, err
 }

@@ -1,4 +1,4 @@
-# service-lib.sh: what service.sh and service-ab.sh share (sourced, not run).
+# lib.sh: what the benchmark scripts share (sourced, not run).
 
 # freeport prints a free loopback TCP port.
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
@@ -19,4 +19,21 @@ descriptors:
       unit: second
       requests_per_unit: 1000000000
 YAML
+}
+
+# bench_src prints the directory to build this benchmark module from: this
+# one ($1), or, when REF ($2) is set, a copy of the module placed beside the
+# engine as committed at REF (exported with git archive into $3), so that
+# its replace => ../ points at that engine.
+bench_src() {
+	local here=$1 ref=$2 work=$3
+	if [[ -z $ref ]]; then
+		echo "$here"
+		return
+	fi
+	git -C "$here/.." archive "$ref" | tar -x -C "$work"
+	rm -rf "$work/bench"
+	mkdir "$work/bench"
+	(cd "$here" && cp -r go.mod go.sum ./*.go cmd internal "$work/bench/")
+	echo "$work/bench"
 }
