@@ -120,6 +120,10 @@ type Config struct {
 	TLS TLSConfig
 
 	CPUPid int // server process to charge CPU time to; 0 for none
+	// StorePid is the store's process (a redis-server the server calls),
+	// whose CPU time per decision is reported beside the server's; 0 for
+	// none.
+	StorePid int
 
 	// Progress, if not nil, gets a line every second while the run goes on.
 	Progress io.Writer

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -108,6 +110,9 @@ func TestClosedLoopEmpty(t *testing.T) {
 	if res.ServerCPU == nil || res.ServerCPU.PID != os.Getpid() || res.ServerCPU.Seconds <= 0 || res.ServerCPU.USPerDecision <= 0 {
 		t.Fatalf("server cpu %+v", res.ServerCPU)
 	}
+	if res.StoreCPU != nil {
+		t.Fatalf("store cpu %+v without --store-pid", res.StoreCPU)
+	}
 	if res.ClientCPU == nil || res.ClientCPU.Seconds <= 0 {
 		t.Fatalf("client cpu %+v", res.ClientCPU)
 	}
@@ -124,6 +129,36 @@ func TestClosedLoopEmpty(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", text.String())
+}
+
+// --store-pid reports another process's CPU beside the server's: here a
+// shell spinning in a loop, so its share is about a core whatever the
+// requests do; a process that is not there fails the run before it starts.
+func TestStorePid(t *testing.T) {
+	addr := startEmpty(t)
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Process.Kill(); busy.Wait() })
+	res, err := Run(context.Background(), Config{
+		Addr: addr, Concurrency: 2, Duration: 500 * time.Millisecond, Warmup: 50 * time.Millisecond,
+		CPUPid: os.Getpid(), StorePid: busy.Process.Pid,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.StoreCPU; c == nil || c.PID != busy.Process.Pid || c.Cores < 0.1 || c.USPerDecision <= 0 {
+		t.Fatalf("store cpu %+v", c)
+	}
+	var b strings.Builder
+	if err := res.WriteText(&b); err != nil || !strings.Contains(b.String(), fmt.Sprintf("store cpu    pid %d:", busy.Process.Pid)) {
+		t.Fatalf("report (%v):\n%s", err, b.String())
+	}
+	_, err = Run(context.Background(), Config{Addr: addr, Concurrency: 1, Duration: time.Second, StorePid: 1 << 30})
+	if err == nil || !strings.Contains(err.Error(), "--store-pid") {
+		t.Fatalf("missing store pid: %v", err)
+	}
 }
 
 func TestOpenLoopEmpty(t *testing.T) {
@@ -384,6 +419,7 @@ func TestMainUsageErrors(t *testing.T) {
 		{[]string{"--addr", "x:1", "--descriptor", "novalue"}, `"novalue" is not key=value`},
 		{[]string{"--addr", "x:1", "--descriptor", "=v"}, "empty key"},
 		{[]string{"--addr", "x:1", "--keys", "0"}, "--keys must be at least 1"},
+		{[]string{"--addr", "x:1", "--store-pid", "-3"}, "--store-pid must be a process id"},
 		{[]string{"--addr", "x:1", "--hits", "5000000000"}, "--hits 5000000000 is out of range"},
 		{[]string{"--addr", "x:1", "--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
 		{[]string{"--addr", "x:1", "extra"}, `unexpected argument "extra"`},

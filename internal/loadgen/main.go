@@ -109,6 +109,7 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&c.TLS.ServerName, "tls-server-name", "", "server `name` to verify and send as SNI")
 	fs.BoolVar(&c.TLS.Insecure, "tls-insecure", false, "do not verify the server certificate")
 	fs.IntVar(&c.CPUPid, "cpu-pid", 0, "server `pid`: report its CPU time per decision, from /proc/PID/stat")
+	fs.IntVar(&c.StorePid, "store-pid", 0, "store `pid` (a redis-server the server uses): report its CPU time per decision too")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the summary as JSON")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.StringVar(&o.serveEmpty, "serve-empty", "", "run the empty RateLimitService on `host:port` until interrupted")
@@ -174,6 +175,8 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 		return bad("--hits %d is out of range (max %d)", *hits, uint64(math.MaxUint32))
 	case c.CPUPid < 0:
 		return bad("--cpu-pid must be a process id (got %d)", c.CPUPid)
+	case c.StorePid < 0:
+		return bad("--store-pid must be a process id (got %d)", c.StorePid)
 	case (c.TLS.CertFile == "") != (c.TLS.KeyFile == ""):
 		return bad("--tls-cert and --tls-key go together")
 	}

@@ -41,6 +41,7 @@ type Result struct {
 	Open    *OpenResult `json:"open_loop,omitempty"`
 
 	ServerCPU *CPUResult `json:"server_cpu,omitempty"`
+	StoreCPU  *CPUResult `json:"store_cpu,omitempty"`  // --store-pid
 	ClientCPU *CPUResult `json:"client_cpu,omitempty"` // this load generator
 
 	// LatencyHist holds every latency of the measured phase.
@@ -201,6 +202,9 @@ func (res *Result) WriteText(w io.Writer) error {
 	}
 	if c := res.ServerCPU; c != nil {
 		fmt.Fprintf(&b, "server cpu   pid %d: %.2fs (%.2f cores), %.2f µs/decision\n", c.PID, c.Seconds, c.Cores, c.USPerDecision)
+	}
+	if c := res.StoreCPU; c != nil {
+		fmt.Fprintf(&b, "store cpu    pid %d: %.2fs (%.2f cores), %.2f µs/decision\n", c.PID, c.Seconds, c.Cores, c.USPerDecision)
 	}
 	if c := res.ClientCPU; c != nil {
 		fmt.Fprintf(&b, "client cpu   %.2fs (%.2f cores), %.2f µs/request\n", c.Seconds, c.Cores, c.USPerRequest)

@@ -150,11 +150,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	var cpu0, cpu1, self0, self1 time.Duration
+	var self0, self1 time.Duration
 	var selfOK bool
-	if cfg.CPUPid > 0 {
-		if _, err := procCPU(cfg.CPUPid); err != nil {
-			return nil, fmt.Errorf("--cpu-pid: %w", err)
+	server := &watched{flag: "--cpu-pid", pid: cfg.CPUPid}
+	store := &watched{flag: "--store-pid", pid: cfg.StorePid}
+	for _, w := range []*watched{server, store} {
+		if err := w.check(); err != nil {
+			return nil, err
 		}
 	}
 
@@ -192,18 +194,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		finish()
 		return nil, errors.New("interrupted during the warmup: nothing measured")
 	}
-	if cfg.CPUPid > 0 {
-		cpu0, _ = procCPU(cfg.CPUPid)
-	}
+	server.start()
+	store.start()
 	self0, selfOK = selfCPU()
 	completed := sleepUntil(ctx, r.end)
 	if !completed {
 		interrupt()
 	}
-	var cpuErr error
-	if cfg.CPUPid > 0 {
-		cpu1, cpuErr = procCPU(cfg.CPUPid)
-	}
+	server.stop()
+	store.stop()
 	self1, _ = selfCPU()
 	wallCPU := r.windowEnd().Sub(r.warmEnd)
 	// Not r.stop(): the open loop still sends what was due in the window
@@ -212,16 +211,62 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	finish()
 
 	res := r.result(wallCPU, !completed)
-	if cfg.CPUPid > 0 {
-		if cpuErr != nil {
-			return nil, fmt.Errorf("--cpu-pid: reading after the run: %w", cpuErr)
-		}
-		res.ServerCPU = newCPUResult(cfg.CPUPid, cpu1-cpu0, wallCPU, res.OK+res.OverLimit+res.Unknown, res.Requests)
+	decided := res.OK + res.OverLimit + res.Unknown
+	var err error
+	if res.ServerCPU, err = server.result(wallCPU, decided, res.Requests); err != nil {
+		return nil, err
+	}
+	if res.StoreCPU, err = store.result(wallCPU, decided, res.Requests); err != nil {
+		return nil, err
 	}
 	if selfOK {
 		res.ClientCPU = newCPUResult(0, self1-self0, wallCPU, res.OK+res.OverLimit+res.Unknown, res.Requests)
 	}
 	return res, nil
+}
+
+// watched is a process (--cpu-pid, --store-pid) whose CPU time over the
+// measured window is reported; pid 0 is none.
+type watched struct {
+	flag   string
+	pid    int
+	t0, t1 time.Duration
+	err    error
+}
+
+// check fails if the process cannot be read.
+func (w *watched) check() error {
+	if w.pid == 0 {
+		return nil
+	}
+	if _, err := procCPU(w.pid); err != nil {
+		return fmt.Errorf("%s: %w", w.flag, err)
+	}
+	return nil
+}
+
+func (w *watched) start() {
+	if w.pid > 0 {
+		w.t0, _ = procCPU(w.pid)
+	}
+}
+
+func (w *watched) stop() {
+	if w.pid > 0 {
+		w.t1, w.err = procCPU(w.pid)
+	}
+}
+
+// result is the CPU used over wall, per decided and sent request; nil
+// for no process.
+func (w *watched) result(wall time.Duration, decided, requests uint64) (*CPUResult, error) {
+	if w.pid == 0 {
+		return nil, nil
+	}
+	if w.err != nil {
+		return nil, fmt.Errorf("%s: reading after the run: %w", w.flag, w.err)
+	}
+	return newCPUResult(w.pid, w.t1-w.t0, wall, decided, requests), nil
 }
 
 // sleepUntil waits for t; false if ctx ended first.

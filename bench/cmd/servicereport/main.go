@@ -1,7 +1,7 @@
 // Command servicereport turns bench/service.sh's raw output (a "=== name
 // flags" line, then floodgate bench's JSON, per run) into the markdown table
 // of docs/BENCHMARKS.md, with the service's figures relative to the empty
-// handler's.
+// handler's, and, for the runs on Redis, redis-server's CPU per decision.
 package main
 
 import (
@@ -26,9 +26,12 @@ type result struct {
 	Open *struct {
 		Late, Unsent uint64
 	} `json:"open_loop"`
-	ServerCPU *struct {
-		US float64 `json:"us_per_decision"`
-	} `json:"server_cpu"`
+	ServerCPU *cpuResult `json:"server_cpu"`
+	StoreCPU  *cpuResult `json:"store_cpu"` // redis-server's, for the runs on Redis
+}
+
+type cpuResult struct {
+	US float64 `json:"us_per_decision"`
 }
 
 func main() {
@@ -75,8 +78,8 @@ func main() {
 			base[r.r.Mode] = r.r
 		}
 	}
-	fmt.Println("| load | server | requests/s | vs empty | p50 | p99 | p999 | server CPU µs/decision | vs empty | errors |")
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Println("| load | server | requests/s | vs empty | p50 | p99 | p999 | server CPU µs/decision | vs empty | Redis CPU µs/decision | errors |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range runs {
 		b := base[r.r.Mode]
 		load := "closed, 64 callers"
@@ -90,12 +93,16 @@ func main() {
 				cpuRatio = fmt.Sprintf("%.2f×", r.r.ServerCPU.US/b.ServerCPU.US)
 			}
 		}
+		store := "–"
+		if r.r.StoreCPU != nil {
+			store = fmt.Sprintf("%.1f", r.r.StoreCPU.US)
+		}
 		ratio := "–"
 		if b.RPS > 0 {
 			ratio = fmt.Sprintf("%.0f%%", 100*r.r.RPS/b.RPS)
 		}
-		fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %d |\n", load, r.name, r.r.RPS, ratio,
-			ms(r.r.Latency.P50), ms(r.r.Latency.P99), ms(r.r.Latency.P999), cpu, cpuRatio, r.r.Errors)
+		fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d |\n", load, r.name, r.r.RPS, ratio,
+			ms(r.r.Latency.P50), ms(r.r.Latency.P99), ms(r.r.Latency.P999), cpu, cpuRatio, store, r.r.Errors)
 	}
 }
 
