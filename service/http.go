@@ -286,7 +286,9 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 		httpError(w, http.StatusNotFound, "no limit applies to that descriptor")
 		return
 	}
-	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: m.Limit.Policy, Key: kr.Domain + "\x00" + m.Key, Kind: kind})
+	// the key's override, if it has one, holds its state: inspect or reset that
+	p := s.keyPolicy(r.Context(), kr.Domain, m.Limit, m.Key)
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: kr.Domain + "\x00" + m.Key, Kind: kind})
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
 		return

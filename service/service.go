@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate"
@@ -250,18 +251,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 		p := it.policy
 		if p == nil {
-			p = it.limit.Policy
-			if s.opts.Overrides != nil {
-				if o, ok, err := s.override(ctx, req.Domain, it.key); err != nil {
-					s.logOnce("overrides: lookup failed; the rules decide meanwhile", "err", err)
-				} else if ok {
-					if op, err := s.overridePolicy(req.Domain, it.limit, o); err == nil {
-						p = op
-					} else {
-						s.logOnce("overrides: cannot apply an override; using the rule", "domain", req.Domain, "key", it.key, "err", err)
-					}
-				}
-			}
+			p = s.keyPolicy(ctx, req.Domain, it.limit, it.key)
 		}
 		if p == nil {
 			continue
@@ -301,7 +291,11 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	if dom := cfg.Domain(req.Domain); dom != nil && dom.AllOrNothing {
 		denied := false
 		for i := range items {
-			if it := &items[i]; it.op >= 0 && !decisions[it.op].Allowed && !it.limit.ShadowMode {
+			it := &items[i]
+			if it.limit == nil || it.limit.ShadowMode || it.limit.QuotaMode {
+				continue // never blocks
+			}
+			if it.op >= 0 && !decisions[it.op].Allowed || it.blocked && it.op < 0 && !it.replaced {
 				denied = true
 			}
 		}
@@ -321,6 +315,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 
 	resp, parts := newResponse(len(items))
 	var hdr headerState
+	var violations []int // descriptors over their quota in quota mode
 	for i := range items {
 		it := &items[i]
 		p := &parts[i]
@@ -329,7 +324,10 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		resp.Statuses[i] = st
 		if it.blocked && it.op < 0 && !it.replaced {
 			st.CurrentLimit = currentLimit(&p.limit, it, &floodgate.Decision{})
-			if !it.limit.ShadowMode {
+			switch {
+			case it.limit.QuotaMode:
+				violations = append(violations, i)
+			case !it.limit.ShadowMode:
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
@@ -350,6 +348,10 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, d)
 		}
+		if over && it.limit.QuotaMode {
+			violations = append(violations, i) // admitted, and said in the metadata
+			over = false
+		}
 		if over && it.limit.ShadowMode {
 			over = false // counted and logged, never blocking
 		}
@@ -357,10 +359,54 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		hdr.add(s.headerFor(it, d), d, over)
+		hdr.add(s.headerFor(it), d, over)
 	}
 	resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	resp.DynamicMetadata = dynamicMetadata(items, violations)
 	return resp, nil
+}
+
+// dynamicMetadata is the response's dynamic_metadata when some matched
+// limit has metadata or quota_mode (nil otherwise): "metadata", the
+// matched limits' metadata mappings, one per descriptor of the request
+// (null where none); and, as envoyproxy/ratelimit names them,
+// "quotaModeEnabled" and "quotaModeViolations" (the indexes of the
+// descriptors admitted over their quota).
+func dynamicMetadata(items []item, violations []int) *structpb.Struct {
+	var meta, quota bool
+	for i := range items {
+		if l := items[i].limit; l != nil && !items[i].replaced {
+			meta = meta || l.Metadata != nil
+			quota = quota || l.QuotaMode
+		}
+	}
+	if !meta && !quota {
+		return nil
+	}
+	fields := map[string]*structpb.Value{}
+	if meta {
+		list := make([]*structpb.Value, len(items))
+		for i := range items {
+			list[i] = structpb.NewNullValue()
+			if l := items[i].limit; l != nil && l.Metadata != nil && !items[i].replaced {
+				if v, err := structpb.NewStruct(l.Metadata); err == nil {
+					list[i] = structpb.NewStructValue(v)
+				}
+			}
+		}
+		fields["metadata"] = structpb.NewListValue(&structpb.ListValue{Values: list})
+	}
+	if quota {
+		fields["quotaModeEnabled"] = structpb.NewBoolValue(true)
+		if len(violations) > 0 {
+			list := make([]*structpb.Value, len(violations))
+			for i, v := range violations {
+				list[i] = structpb.NewNumberValue(float64(v))
+			}
+			fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: list})
+		}
+	}
+	return &structpb.Struct{Fields: fields}
 }
 
 // A response and the messages it points to are allocated together: one
@@ -431,6 +477,29 @@ func (s *Service) override(ctx context.Context, domain, key string) (overrides.O
 	return o, ok, err
 }
 
+// keyPolicy returns the policy deciding key under l: the key's override
+// applied to l's rules when there is one, else l's own policy. A failed
+// lookup or an override that cannot apply leaves l's policy (logged).
+func (s *Service) keyPolicy(ctx context.Context, domain string, l *rules.Limit, key string) *floodgate.Policy {
+	if s.opts.Overrides == nil {
+		return l.Policy
+	}
+	o, ok, err := s.override(ctx, domain, key)
+	if err != nil {
+		s.logOnce("overrides: lookup failed; the rules decide meanwhile", "err", err)
+		return l.Policy
+	}
+	if !ok {
+		return l.Policy
+	}
+	p, err := s.overridePolicy(domain, l, o)
+	if err != nil {
+		s.logOnce("overrides: cannot apply an override; using the rule", "domain", domain, "key", key, "err", err)
+		return l.Policy
+	}
+	return p
+}
+
 // logOnce logs at most one line a second.
 func (s *Service) logOnce(msg string, args ...any) {
 	now := time.Now().Unix()
@@ -482,20 +551,32 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 }
 
 // overridePolicy builds (and caches) the policy of a per-key override: the
-// matched limit's first rule with the override's numbers.
+// matched limit's rules with one of them given the override's numbers —
+// the rule whose window is the override's period when there is one (an
+// override of 50 per second on "100 per second and 5 per hour" keeps the
+// hourly rule), else the first rule. The other rules still apply.
 func (s *Service) overridePolicy(domain string, l *rules.Limit, o overrides.Override) (*floodgate.Policy, error) {
 	if l.Policy == nil {
 		return nil, errors.New("the matched limit is unlimited")
 	}
 	sig := fmt.Sprintf("override|%s|%s|%d|%d|%d|%s", l.Policy.Name(), domain, o.Limit, o.Period, o.Burst, o.Algorithm)
 	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
-		r := o.Apply(l.Policy.Rules()[0])
+		rs := append([]floodgate.Rule(nil), l.Policy.Rules()...)
+		k := 0
+		for i, r := range rs {
+			if r.Calendar == "" && r.Period == o.Period {
+				k = i
+				break
+			}
+		}
+		r := o.Apply(rs[k])
 		r.Name = "override"
 		if r.Algorithm == floodgate.SlidingSubwindow && o.Algorithm == "" {
 			// the rule's sub-windows need not divide the override's period
 			r.Algorithm, r.Granularity = floodgate.SlidingWindow, 0
 		}
-		return floodgate.NewPolicy(sig, r)
+		rs[k] = r
+		return floodgate.NewPolicy(sig, rs...)
 	})
 }
 
@@ -523,10 +604,11 @@ var envoyUnits = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 	"year": rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
-// currentLimit reports the limit as Envoy's API can: the rule's name (as
-// given in the file; Envoy leaves it empty otherwise), requests per unit,
-// and the unit with its multiplier when the window is one (90 s is 90 ×
-// SECOND; a calendar window has no unit: the headers carry it).
+// currentLimit reports the deciding rule as Envoy's API can: its name
+// (for a one-rule limit, the name given in the file, which Envoy leaves
+// empty otherwise; for several rules, the deciding rule's), requests per
+// unit, and the unit with its multiplier when the window is one (90 s is
+// 90 × SECOND; a calendar window has no unit: the headers carry it).
 func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_RateLimit {
 	cl.RequestsPerUnit = uint32(min(max(d.Limit, 0), math.MaxUint32))
 	l := it.limit
@@ -536,9 +618,14 @@ func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.
 	if l.NameGiven {
 		cl.Name = l.Name
 	}
-	if it.policy != l.Policy && it.policy != nil {
-		// an override or a request's own limit: its own window
-		w := policyWindow(it.policy)
+	several := it.policy != nil && len(it.policy.Rules()) > 1
+	if several {
+		cl.Name = decidingRule(it.policy, d.Rule).Name
+	}
+	if it.policy != nil && (it.policy != l.Policy || several) {
+		// an override, a request's own limit, or one rule of several:
+		// the deciding rule's window
+		w := ratehdr.Window(decidingRule(it.policy, d.Rule))
 		for _, u := range []struct {
 			name string
 			d    time.Duration
@@ -578,11 +665,39 @@ type headerState struct {
 	window   time.Duration
 }
 
-// policyHeader is a limit's RateLimit-Policy item and window, computed once
-// per (limit, policy).
+// policyHeader is what the headers say of a (limit, policy), computed
+// once: its RateLimit-Policy items, one per rule, and each rule's name and
+// window for the RateLimit header.
 type policyHeader struct {
-	item, name string
+	item  string
+	rules []ruleHeader
+}
+
+type ruleHeader struct {
+	rule, name string // the rule's name in its policy; as the headers say it
 	window     time.Duration
+}
+
+// forRule returns the header of the rule named rule (the first rule's if
+// none is).
+func (ph *policyHeader) forRule(rule string) *ruleHeader {
+	for i := range ph.rules {
+		if ph.rules[i].rule == rule {
+			return &ph.rules[i]
+		}
+	}
+	return &ph.rules[0]
+}
+
+// decidingRule returns p's rule named name, or its first rule.
+func decidingRule(p *floodgate.Policy, name string) floodgate.Rule {
+	rs := p.Rules()
+	for _, r := range rs {
+		if r.Name == name {
+			return r
+		}
+	}
+	return rs[0]
 }
 
 type policyHeaderKey struct {
@@ -590,18 +705,24 @@ type policyHeaderKey struct {
 	policy *floodgate.Policy
 }
 
-func (s *Service) headerFor(it *item, d *floodgate.Decision) *policyHeader {
+func (s *Service) headerFor(it *item) *policyHeader {
 	k := policyHeaderKey{it.limit, it.policy}
 	if v, ok := s.policyHeaders.Load(k); ok {
 		return v.(*policyHeader)
 	}
-	w := policyWindow(it.policy)
-	name := d.Rule
-	if it.limit != nil && it.limit.Name != "" {
-		name = it.limit.Name
+	rs := it.policy.Rules()
+	ph := &policyHeader{rules: make([]ruleHeader, len(rs))}
+	items := make([]string, len(rs))
+	for i, r := range rs {
+		name := r.Name
+		if len(rs) == 1 && it.limit != nil && it.limit.Name != "" {
+			name = it.limit.Name
+		}
+		rh := ruleHeader{rule: r.Name, name: sfString(name), window: ratehdr.Window(r)}
+		ph.rules[i] = rh
+		items[i] = ratehdr.PolicyItem(rh.name, r.Limit, rh.window)
 	}
-	ph := &policyHeader{name: sfString(name), window: w}
-	ph.item = ratehdr.PolicyItem(ph.name, d.Limit, w)
+	ph.item = strings.Join(items, ", ")
 	if s.policyHeaderCount.Add(1) > maxPolicies {
 		s.policyHeaders.Clear() // old rule versions and overrides: start over
 		s.policyHeaderCount.Store(1)
@@ -611,7 +732,8 @@ func (s *Service) headerFor(it *item, d *floodgate.Decision) *policyHeader {
 }
 
 func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
-	w, name := ph.window, ph.name
+	rh := ph.forRule(d.Rule)
+	w, name := rh.window, rh.name
 	if h.policy == "" {
 		h.policy = ph.item
 	} else {
@@ -631,13 +753,6 @@ func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 	if better {
 		h.best, h.hasBest, h.bestOver, h.name, h.window = *d, true, over, name, w
 	}
-}
-
-func policyWindow(p *floodgate.Policy) time.Duration {
-	if p == nil {
-		return 0
-	}
-	return ratehdr.Window(p.Rules()[0])
 }
 
 // headers renders RateLimit-Policy and RateLimit per

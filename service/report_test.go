@@ -1,0 +1,223 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/rules"
+	"github.com/floodgate/floodgate/service"
+)
+
+// A descriptor with several rules: 100 per second and 5 per hour.
+const severalRules = `domain: multi
+descriptors:
+  - key: u
+    rate_limits:
+      - name: fast
+        unit: second
+        requests_per_unit: 100
+      - name: slow
+        unit: hour
+        requests_per_unit: 5
+`
+
+func reqOf(domain string, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
+
+// The status and the headers of a descriptor with several rules speak of
+// the rule that decides, all of it: its name, its limit and its window;
+// RateLimit-Policy lists every rule.
+func TestSeveralRulesReportTheDecidingRule(t *testing.T) {
+	e := newEnv(t, service.Options{}, severalRules)
+	r := e.ask(t, reqOf("multi", d("u", "a")))
+	cl := r.Statuses[0].CurrentLimit
+	// admitted: the rule with the fewest requests left decides (4 of 5 per hour)
+	if cl.GetName() != "slow" || cl.GetRequestsPerUnit() != 5 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("admitted: %v", r.Statuses[0])
+	}
+	if got := header(r, "RateLimit-Policy"); got != `"fast";q=100;w=1, "slow";q=5;w=3600` {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+	if got := header(r, "RateLimit"); !strings.HasPrefix(got, `"slow";r=4;`) {
+		t.Fatalf("RateLimit %q", got)
+	}
+	for range 4 {
+		e.ask(t, reqOf("multi", d("u", "a")))
+	}
+	e.clk.Advance(10 * time.Minute)
+	over := e.ask(t, reqOf("multi", d("u", "a")))
+	cl = over.Statuses[0].CurrentLimit
+	if over.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || cl.GetName() != "slow" || cl.GetRequestsPerUnit() != 5 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+		t.Fatalf("denied by the hourly rule: %v", over)
+	}
+	if got := header(over, "Retry-After"); got != "3000" {
+		t.Fatalf("Retry-After %q, want 3000 (the hour's window ends 50 minutes on)", got)
+	}
+	if got := header(over, "RateLimit"); !strings.HasPrefix(got, `"slow";r=0;t=3000`) {
+		t.Fatalf("RateLimit %q", got)
+	}
+}
+
+// An override on a descriptor with several rules replaces the rule of its
+// period (or the first) and keeps the others.
+func TestOverrideKeepsTheOtherRules(t *testing.T) {
+	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := overrides.NewCache(b, 1024, 0)
+	t.Cleanup(func() { cache.Close() })
+	e := newEnv(t, service.Options{Overrides: cache}, severalRules)
+	key := func(v string) string {
+		return e.svc.Rules().Match("multi", []rules.Entry{{Key: "u", Value: v}}).Key
+	}
+	ctx := context.Background()
+	// 50 per second in place of 100: the 5 per hour still stops the sixth
+	if err := cache.Put(ctx, overrides.Override{Domain: "multi", Key: key("vip"), Limit: 50, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	// 1000 per hour in place of 5: the hourly rule is the one replaced
+	if err := cache.Put(ctx, overrides.Override{Domain: "multi", Key: key("bulk"), Limit: 1000, Period: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		r := e.ask(t, reqOf("multi", d("u", "vip")))
+		if want := i < 5; (r.OverallCode == rlsv3.RateLimitResponse_OK) != want {
+			t.Fatalf("vip request %d: %v", i, r)
+		}
+		if i == 5 && r.Statuses[0].CurrentLimit.GetName() != "slow" {
+			t.Fatalf("vip denied by %q, want the hourly rule", r.Statuses[0].CurrentLimit.GetName())
+		}
+	}
+	for i := range 20 {
+		if r := e.ask(t, reqOf("multi", d("u", "bulk"))); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("bulk request %d under 1000 per hour: %v", i, r)
+		}
+	}
+}
+
+// quota_mode admits a request over its limit, reports the descriptor OK,
+// and says so in the response's dynamic metadata, as envoyproxy/ratelimit
+// names it; a limit's metadata comes back there too.
+func TestQuotaModeAndMetadata(t *testing.T) {
+	e := newEnv(t, service.Options{}, `domain: q
+descriptors:
+  - key: quota
+    quota_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: tagged
+    metadata:
+      team: payments
+      tier: 2
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+  - key: plain
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+`)
+	if r := e.ask(t, reqOf("q", d("plain", "x"))); r.DynamicMetadata != nil {
+		t.Fatalf("metadata without quota_mode or metadata: %v", r.DynamicMetadata)
+	}
+	first := e.ask(t, reqOf("q", d("quota", "x")))
+	if m := first.DynamicMetadata.AsMap(); m["quotaModeEnabled"] != true || m["quotaModeViolations"] != nil {
+		t.Fatalf("within the quota: %v", m)
+	}
+	r := e.ask(t, reqOf("q", d("tagged", "x"), d("quota", "x")))
+	if r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[1].Code != rlsv3.RateLimitResponse_OK || r.Statuses[1].LimitRemaining != 0 {
+		t.Fatalf("over the quota in quota mode must be admitted: %v", r)
+	}
+	m := r.DynamicMetadata.AsMap()
+	got, _ := json.Marshal(m)
+	want := `{"metadata":[{"team":"payments","tier":2},null],"quotaModeEnabled":true,"quotaModeViolations":[1]}`
+	if string(got) != want {
+		t.Fatalf("dynamic metadata\n got %s\nwant %s", got, want)
+	}
+	if header(r, "Retry-After") != "" {
+		t.Fatalf("Retry-After on an admitted request: %v", r.ResponseHeadersToAdd)
+	}
+}
+
+// Under all_or_nothing a blocked descriptor (requests_per_unit: 0) denies
+// the request, and what the others took is given back.
+func TestAllOrNothingWithABlockedDescriptor(t *testing.T) {
+	e := newEnv(t, service.Options{}, `domain: aonb
+all_or_nothing: true
+descriptors:
+  - key: blocked
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+  - key: n
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+`)
+	for range 3 {
+		if r := e.ask(t, reqOf("aonb", d("blocked", "x"), d("n", "a"))); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("a blocked descriptor must deny: %v", r)
+		}
+	}
+	peek := d("n", "a")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	if r := e.ask(t, reqOf("aonb", peek)); r.Statuses[0].LimitRemaining != 3 {
+		t.Fatalf("n=a remaining %d after three denied requests, want 3", r.Statuses[0].LimitRemaining)
+	}
+}
+
+// The admin API's inspect and reset work on the state that decides: the
+// key's override's when it has one.
+func TestAdminKeysFollowOverrides(t *testing.T) {
+	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := overrides.NewCache(b, 1024, 0)
+	t.Cleanup(func() { cache.Close() })
+	e := newEnv(t, service.Options{Overrides: cache}, testRules)
+	k := e.svc.Rules().Match("t", []rules.Entry{{Key: "user", Value: "k1"}}).Key
+	if err := cache.Put(context.Background(), overrides.Override{Domain: "t", Key: k, Limit: 1, Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	req := reqOf("t", d("user", "k1"))
+	e.ask(t, req)
+	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second request under a 1/minute override: %v", r)
+	}
+	srv := httptest.NewServer(e.svc.AdminHandler(""))
+	t.Cleanup(srv.Close)
+	admin := func(path string) map[string]any {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(`{"domain":"t","entries":[{"key":"user","value":"k1"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, err)
+		}
+		return out
+	}
+	if got := admin("/v1/keys/inspect"); got["rule"] != "override" || got["remaining"] != 0.0 {
+		t.Fatalf("inspect: %v, want the override's state (none left)", got)
+	}
+	admin("/v1/keys/reset")
+	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after a reset: %v", r)
+	}
+}
