@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,5 +220,53 @@ func TestAdminKeysFollowOverrides(t *testing.T) {
 	admin("/v1/keys/reset")
 	if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after a reset: %v", r)
+	}
+}
+
+// gatedOverrides is an override store whose Get waits until want lookups
+// are in flight together (or the caller gives up), and records the most
+// seen at once.
+type gatedOverrides struct {
+	overrides.Store
+	want    int
+	mu      sync.Mutex
+	cur     int
+	most    int
+	arrived chan struct{} // closed when want are in flight
+}
+
+func (g *gatedOverrides) Get(ctx context.Context, domain, key string) (overrides.Override, bool, error) {
+	g.mu.Lock()
+	g.cur++
+	g.most = max(g.most, g.cur)
+	if g.cur == g.want {
+		close(g.arrived)
+	}
+	g.mu.Unlock()
+	defer func() { g.mu.Lock(); g.cur--; g.mu.Unlock() }()
+	select {
+	case <-g.arrived:
+		return g.Store.Get(ctx, domain, key)
+	case <-ctx.Done():
+		return overrides.Override{}, false, ctx.Err()
+	}
+}
+
+// The override lookups of a request's descriptors run together: a request
+// waits for one lookup's latency, not one per descriptor.
+func TestOverrideLookupsRunTogether(t *testing.T) {
+	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	g := &gatedOverrides{Store: b, want: 3, arrived: make(chan struct{})}
+	e := newEnv(t, service.Options{Overrides: g, OverrideTimeout: 5 * time.Second}, testRules)
+	r := e.ask(t, reqOf("t", d("user", "1"), d("user", "2"), d("user", "3")))
+	if r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	if g.most != 3 {
+		t.Fatalf("at most %d lookups in flight at once, want all 3", g.most)
 	}
 }

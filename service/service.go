@@ -143,6 +143,7 @@ type item struct {
 	refund   bool
 	replaced bool
 	blocked  bool // requests_per_unit: 0: always over, the store is not asked
+	decide   bool // the store decides it (under policy, once resolved)
 	op       int  // index into ops, or -1
 }
 
@@ -231,10 +232,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 	}
 
-	// Plan the store operations: one per limited descriptor, all in one
-	// batch (one round trip of store latency).
-	var opBuf [4]floodgate.Op
-	ops := opBuf[:0]
+	// Which descriptors the store decides, and under which policy: the
+	// rule's, or the key's override.
+	lookups := 0
 	for i := range items {
 		it := &items[i]
 		if it.limit == nil || it.limit.Unlimited && it.policy == nil {
@@ -249,14 +249,23 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if it.blocked && it.policy == nil {
 			continue
 		}
-		p := it.policy
-		if p == nil {
-			p = s.keyPolicy(ctx, req.Domain, it.limit, it.key)
+		it.decide = true
+		if it.policy == nil {
+			lookups++
 		}
-		if p == nil {
+	}
+	s.resolvePolicies(ctx, req.Domain, items, lookups)
+
+	// Plan the store operations: one per limited descriptor, all in one
+	// batch (one round trip of store latency).
+	var opBuf [4]floodgate.Op
+	ops := opBuf[:0]
+	for i := range items {
+		it := &items[i]
+		if !it.decide || it.policy == nil {
 			continue
 		}
-		it.policy = p
+		p := it.policy
 		kind, cost := floodgate.OpAllow, it.hits
 		switch {
 		case it.refund:
@@ -475,6 +484,47 @@ func (s *Service) override(ctx context.Context, domain, key string) (overrides.O
 		s.overrideFailed.Store(time.Now().UnixNano())
 	}
 	return o, ok, err
+}
+
+// resolvePolicies sets the policy of each item the store decides that
+// has none yet (n of them): its key's override applied to its limit, or
+// the limit's own. Several lookups run at once, so that a request whose
+// keys are not cached waits for one lookup's latency (a round trip to
+// Redis), not one per descriptor.
+func (s *Service) resolvePolicies(ctx context.Context, domain string, items []item, n int) {
+	if n <= 1 || s.opts.Overrides == nil {
+		for i := range items {
+			if it := &items[i]; it.decide && it.policy == nil {
+				it.policy = s.keyPolicy(ctx, domain, it.limit, it.key)
+			}
+		}
+		return
+	}
+	// The goroutines get copies: a pointer into items would move every
+	// request's items to the heap.
+	type lookup struct {
+		l   *rules.Limit
+		key string
+		p   *floodgate.Policy
+	}
+	ls := make([]lookup, 0, n)
+	for i := range items {
+		if it := &items[i]; it.decide && it.policy == nil {
+			ls = append(ls, lookup{l: it.limit, key: it.key})
+		}
+	}
+	var wg sync.WaitGroup
+	for j := range ls {
+		wg.Go(func() { ls[j].p = s.keyPolicy(ctx, domain, ls[j].l, ls[j].key) })
+	}
+	wg.Wait()
+	j := 0
+	for i := range items {
+		if it := &items[i]; it.decide && it.policy == nil {
+			it.policy = ls[j].p
+			j++
+		}
+	}
 }
 
 // keyPolicy returns the policy deciding key under l: the key's override
