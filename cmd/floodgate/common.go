@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/redisstore"
@@ -99,8 +101,8 @@ type openedStore struct {
 }
 
 // openStore opens --store: memory (snapshotted to snapshot in the data
-// directory) or Redis.
-func (c *commonConfig) openStore(snapshot string, log *slog.Logger) (*openedStore, error) {
+// directory) or Redis, whose counters it registers in m.
+func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.Metrics) (*openedStore, error) {
 	if c.store == "memory" || c.store == "" {
 		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), Logger: log})
 		if err != nil {
@@ -112,12 +114,54 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger) (*openedStor
 	if err != nil {
 		return nil, err
 	}
+	if err := m.Register(newStoreCollector(rs)); err != nil {
+		rs.Close()
+		return nil, err
+	}
 	return &openedStore{store: rs, redis: rs, close: rs.Close, ready: func() (bool, string) {
 		if st := rs.Stats(); st.Breaker {
 			return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
 		}
 		return true, "ready: Redis store"
 	}}, nil
+}
+
+// storeCollector exports a Redis store's counters (redisstore.Stats).
+type storeCollector struct {
+	rs                                       *redisstore.Store
+	calls, errs, timeouts, degraded, breaker *prometheus.Desc
+}
+
+func newStoreCollector(rs *redisstore.Store) *storeCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &storeCollector{rs: rs,
+		calls:    d("floodgate_store_calls_total", "Decisions asked of the Redis store."),
+		errs:     d("floodgate_store_errors_total", "Redis calls that failed, timeouts included."),
+		timeouts: d("floodgate_store_timeouts_total", "Redis calls that ran out of time."),
+		degraded: d("floodgate_store_degraded_decisions_total", "Decisions made by the rules' failure modes because Redis did not answer."),
+		breaker:  d("floodgate_store_breaker_open", "1 while the breaker is open: calls go straight to the failure modes."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.rs.Stats()
+	open := 0.0
+	if st.Breaker {
+		open = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(st.Calls))
+	ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(st.Errors))
+	ch <- prometheus.MustNewConstMetric(c.timeouts, prometheus.CounterValue, float64(st.Timeouts))
+	ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.CounterValue, float64(st.Degraded))
+	ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, open)
 }
 
 // command is serve's and proxy's frame: a flag error (flagErr) exits 2,

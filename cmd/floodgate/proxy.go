@@ -136,7 +136,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 	}
 
-	st, err := c.openStore("proxy-memstore.snapshot", log)
+	st, err := c.openStore("proxy-memstore.snapshot", log, metrics)
 	if err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		ready    service.Readiness
 		closeFns []func() error
 	)
-	st, err := c.openStore("memstore.snapshot", log)
+	st, err := c.openStore("memstore.snapshot", log, metrics)
 	if err != nil {
 		return err
 	}
@@ -254,8 +254,9 @@ func serverTLS(c *serveConfig) (*tls.Config, error) {
 }
 
 // ruleLoader loads the rules directory and reloads it when its files
-// change. A file that fails validation is refused: the domain it held
-// keeps its previous rules.
+// change. A file that fails validation, or that declares a domain an
+// earlier file (by name) declares, is refused alone: the domain it held
+// keeps its previous rules, and the other files load as usual.
 type ruleLoader struct {
 	dir     string
 	log     *slog.Logger
@@ -269,6 +270,8 @@ type ruleLoader struct {
 	onLoad func(*rules.Config) error
 }
 
+// signature describes the directory's rule files (name, size, modification
+// time) so that a change shows, and returns their paths sorted by name.
 func (l *ruleLoader) signature() (string, []string, error) {
 	ents, err := os.ReadDir(l.dir)
 	if err != nil {
@@ -305,6 +308,11 @@ func (l *ruleLoader) load() (*rules.Config, error) {
 	return cfg, nil
 }
 
+// read parses every file and builds the configuration from those that are
+// valid (and, for refused files, their previous versions), returning it
+// with the number of files refused. It records the directory's signature
+// whatever the outcome, so a refused state is read again only once the
+// files change (or on a forced reload), not at every poll.
 func (l *ruleLoader) read() (*rules.Config, int, error) {
 	sig, paths, err := l.signature()
 	if err != nil {
@@ -327,6 +335,7 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 			next[p] = prev
 		}
 	}
+	refused += l.dedupe(paths, next)
 	domains := make([]*rules.Domain, 0, len(next))
 	for _, p := range paths {
 		if d := next[p]; d != nil {
@@ -335,6 +344,7 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 	}
 	cfg, err := rules.NewConfig(domains...)
 	if err != nil {
+		l.sig = sig
 		l.metrics.Reload(false, len(l.files))
 		return nil, refused + 1, fmt.Errorf("rules in %s: %w", l.dir, err)
 	}
@@ -343,6 +353,36 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 	return cfg, refused, nil
 }
 
+// dedupe refuses, in name order, each file in next whose domain an earlier
+// file already declares: it falls back to the file's previous version when
+// that declares a domain still free, and is left out otherwise. It returns
+// the number of files refused.
+func (l *ruleLoader) dedupe(paths []string, next map[string]*rules.Domain) int {
+	owner := map[string]string{} // by domain: the file declaring it
+	refused := 0
+	for _, p := range paths {
+		d := next[p]
+		if d == nil {
+			continue
+		}
+		if first, taken := owner[d.Name]; taken {
+			refused++
+			l.log.Error("rules file refused: an earlier file declares its domain; its previous rules stay live",
+				"file", p, "domain", d.Name, "earlier_file", first)
+			if d = l.files[p]; d == nil || owner[d.Name] != "" {
+				delete(next, p)
+				continue
+			}
+			next[p] = d
+		}
+		owner[d.Name] = p
+	}
+	return refused
+}
+
+// reload reads the directory again when its files have changed since the
+// last read, or always when force is set (SIGHUP), and puts the result
+// live.
 func (l *ruleLoader) reload(force bool) {
 	if !force {
 		if sig, _, err := l.signature(); err == nil && sig == l.sig {

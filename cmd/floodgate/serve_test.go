@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -528,10 +529,41 @@ func TestServeRedisDownDegradesAndRecovers(t *testing.T) {
 		code, body := ready()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded")
 	})
+	// the store's counters say so too
+	if v := metricValue(t, s.http, "floodgate_store_breaker_open"); v != 1 {
+		t.Fatalf("floodgate_store_breaker_open %v while Redis is down", v)
+	}
+	for _, name := range []string{"floodgate_store_errors_total", "floodgate_store_degraded_decisions_total", "floodgate_store_calls_total"} {
+		if v := metricValue(t, s.http, name); v < 1 {
+			t.Fatalf("%s %v after failed calls", name, v)
+		}
+	}
 	srv.Restart(t)
 	waitFor(t, "readyz to recover", func() bool {
 		s.ask(t, "api", desc("user", "up"))
 		code, _ := ready()
 		return code == 200
 	})
+}
+
+// metricValue reads an unlabelled metric from the server's /metrics.
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
 }
