@@ -163,11 +163,8 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	}
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
 		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: build}
-	cfg, err := loader.load()
+	cfg, err := loader.load() // builds the gate (onLoad)
 	if err != nil {
-		return err
-	}
-	if err := build(cfg); err != nil {
 		return err
 	}
 	// The admin API: the service's (rules, keys) on the same store and

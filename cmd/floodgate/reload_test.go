@@ -257,3 +257,33 @@ func TestServeDuplicateDomainRefusedAlone(t *testing.T) {
 		t.Fatalf("metrics lack %q:\n%s\nlogs:\n%s", want, body, s.logs())
 	}
 }
+
+// A configuration its consumer refuses (the proxy's gate, through onLoad)
+// counts as a refused reload, and the loader keeps the files that are
+// live: the same files read again are refused again, not taken as loaded.
+func TestRuleLoaderConsumerRefusal(t *testing.T) {
+	tl := newTestLoader(t)
+	tl.write("a.yaml", domainRules("d1", 7))
+	tl.load()
+	accept := tl.onLoad
+	tl.onLoad = func(cfg *rules.Config) error {
+		if d := cfg.Domain("d1"); d != nil && d.Limits()[0].RequestsPerUnit == 9 {
+			return fmt.Errorf("the gate cannot take 9")
+		}
+		return accept(cfg)
+	}
+	tl.write("a.yaml", domainRules("d1", 9))
+	tl.poll(3)
+	tl.wantLimit("d1", 7, "a.yaml")
+	if got := tl.reloads("refused"); got != 1 {
+		t.Fatalf("refused reloads %v, want 1", got)
+	}
+	if got := tl.reloads("ok"); got != 1 {
+		t.Fatalf("ok reloads %v, want 1 (the load at start)", got)
+	}
+	tl.reload(true) // SIGHUP: the same files, refused again
+	tl.wantLimit("d1", 7, "a.yaml")
+	if got := tl.reloads("refused"); got != 2 {
+		t.Fatalf("refused reloads after SIGHUP %v, want 2", got)
+	}
+}

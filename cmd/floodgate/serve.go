@@ -265,8 +265,10 @@ type ruleLoader struct {
 	files   map[string]*rules.Domain // by path: the last good version
 	sig     string
 	opts    rules.Options
-	// onLoad, when set, takes each reloaded configuration first; an error
-	// refuses the reload.
+	// onLoad, when set, takes each configuration read (the first one
+	// included) before it counts as loaded; an error refuses it whole:
+	// the previous files stay the loader's, and the reload counts as
+	// refused.
 	onLoad func(*rules.Config) error
 }
 
@@ -343,6 +345,9 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 		}
 	}
 	cfg, err := rules.NewConfig(domains...)
+	if err == nil && l.onLoad != nil {
+		err = l.onLoad(cfg) // refused here, nothing of it is kept
+	}
 	if err != nil {
 		l.sig = sig
 		l.metrics.Reload(false, len(l.files))
@@ -393,12 +398,6 @@ func (l *ruleLoader) reload(force bool) {
 	if err != nil {
 		l.log.Error("rules reload refused; the previous rules stay live", "err", err)
 		return
-	}
-	if l.onLoad != nil {
-		if err := l.onLoad(cfg); err != nil {
-			l.log.Error("rules reload refused; the previous rules stay live", "err", err)
-			return
-		}
 	}
 	if l.svc != nil {
 		l.svc.SetRules(cfg)
