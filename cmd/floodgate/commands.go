@@ -16,10 +16,12 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/loadgen"
 	"github.com/floodgate/floodgate/rules"
 )
 
@@ -110,15 +112,26 @@ func check(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
 	var descs multiFlag
 	fs.Var(&descs, "descriptor", "key=value[,key2=value2...] (repeat for several descriptors)")
+	var tlsConf loadgen.TLSConfig // the same client TLS flags as floodgate bench
+	tlsConf.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *domain == "" || len(descs) == 0 {
-		fmt.Fprintln(stderr, "usage: floodgate check --addr HOST:PORT --domain D --descriptor key=value[,key=value] [--hits N]")
+	if *domain == "" || len(descs) == 0 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: floodgate check --addr HOST:PORT --domain D --descriptor key=value[,key=value] [--hits N] [--tls-ca FILE ...]")
 		return 2
+	}
+	if err := tlsConf.Resolve(); err != nil {
+		fmt.Fprintln(stderr, "floodgate check:", err)
+		return 2
+	}
+	creds, err := tlsConf.Credentials()
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate check: TLS:", err)
+		return 1
 	}
 	req := &rlsv3.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
 	for _, d := range descs {
@@ -139,7 +152,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 			d.HitsAddend = wrapperspb.UInt64(0)
 		}
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -150,6 +163,9 @@ func check(args []string, stdout, stderr io.Writer) int {
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
 	if err != nil {
 		fmt.Fprintln(stderr, "ShouldRateLimit:", err)
+		if hint := tlsHint(err, tlsConf); hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
 		return 1
 	}
 	out, _ := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(resp)
@@ -159,6 +175,37 @@ func check(args []string, stdout, stderr io.Writer) int {
 		return 3
 	}
 	return 0
+}
+
+// tlsHint explains a failed call when TLS is the likely cause: plaintext
+// to a TLS listener (which drops the connection before gRPC's server
+// preface), a server certificate that did not verify, or a server that
+// requires a client certificate (when its alert arrives).
+func tlsHint(err error, t loadgen.TLSConfig) string {
+	if status.Code(err) != codes.Unavailable {
+		return ""
+	}
+	msg := status.Convert(err).Message()
+	switch {
+	case !t.Enabled && containsAny(msg, "server preface", "EOF", "connection reset", "broken pipe"):
+		return "floodgate check: no answer over plaintext gRPC; if the server runs with --tls-cert, " +
+			"call it with TLS: --tls-ca FILE (its CA), or --tls for the system roots"
+	case strings.Contains(msg, "x509:"):
+		return "floodgate check: the server's certificate did not verify: give its CA with --tls-ca FILE " +
+			"(and --tls-server-name if it is issued for another name)"
+	case strings.Contains(msg, "tls: certificate required"):
+		return "floodgate check: the server requires a client certificate: --tls-cert FILE --tls-key FILE"
+	}
+	return ""
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 type multiFlag []string

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Entry is one key=value entry of a rate limit descriptor.
@@ -67,6 +69,39 @@ type TLSConfig struct {
 	KeyFile    string
 	ServerName string // overrides the name verified and sent as SNI
 	Insecure   bool   // skip verification of the server certificate
+}
+
+// AddFlags registers the client TLS flags on fs: --tls, --tls-ca,
+// --tls-cert, --tls-key, --tls-server-name and --tls-insecure. Call Resolve
+// after parsing.
+func (t *TLSConfig) AddFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&t.Enabled, "tls", false, "use TLS (implied by the other --tls-* flags)")
+	fs.StringVar(&t.CAFile, "tls-ca", "", "PEM `file` of roots to verify the server with (default: system roots)")
+	fs.StringVar(&t.CertFile, "tls-cert", "", "client certificate PEM `file` (mTLS; with --tls-key)")
+	fs.StringVar(&t.KeyFile, "tls-key", "", "client key PEM `file`")
+	fs.StringVar(&t.ServerName, "tls-server-name", "", "server `name` to verify and send as SNI")
+	fs.BoolVar(&t.Insecure, "tls-insecure", false, "do not verify the server certificate")
+}
+
+// Resolve checks the parsed flags (--tls-cert and --tls-key go together)
+// and sets Enabled when another --tls-* flag implies it.
+func (t *TLSConfig) Resolve() error {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if t.CAFile != "" || t.CertFile != "" || t.ServerName != "" || t.Insecure {
+		t.Enabled = true
+	}
+	return nil
+}
+
+// Credentials returns the gRPC transport credentials t describes: TLS when
+// Enabled, plaintext otherwise.
+func (t TLSConfig) Credentials() (credentials.TransportCredentials, error) {
+	if !t.Enabled {
+		return insecure.NewCredentials(), nil
+	}
+	return t.credentials()
 }
 
 func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {

@@ -102,12 +102,7 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	fs.Var(descriptorFlag{&c.Descriptors}, "descriptor", "one descriptor `key=value[,key2=value2]` of every request; repeatable (default generic_key=bench)")
 	fs.IntVar(&c.Keys, "keys", 1, "distinct keys: the last entry of each descriptor gets a suffix 0..N-1 drawn uniformly per request (1: one hot key, no suffix)")
 	hits := fs.Uint64("hits", 1, "hits_addend of every request (0 leaves it unset)")
-	fs.BoolVar(&c.TLS.Enabled, "tls", false, "use TLS (implied by the other --tls-* flags)")
-	fs.StringVar(&c.TLS.CAFile, "tls-ca", "", "PEM `file` of roots to verify the server with (default: system roots)")
-	fs.StringVar(&c.TLS.CertFile, "tls-cert", "", "client certificate PEM `file` (mTLS; with --tls-key)")
-	fs.StringVar(&c.TLS.KeyFile, "tls-key", "", "client key PEM `file`")
-	fs.StringVar(&c.TLS.ServerName, "tls-server-name", "", "server `name` to verify and send as SNI")
-	fs.BoolVar(&c.TLS.Insecure, "tls-insecure", false, "do not verify the server certificate")
+	c.TLS.AddFlags(fs)
 	fs.IntVar(&c.CPUPid, "cpu-pid", 0, "server `pid`: report its CPU time per decision, from /proc/PID/stat")
 	fs.IntVar(&c.StorePid, "store-pid", 0, "store `pid` (a redis-server the server uses): report its CPU time per decision too")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the summary as JSON")
@@ -177,16 +172,14 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 		return bad("--cpu-pid must be a process id (got %d)", c.CPUPid)
 	case c.StorePid < 0:
 		return bad("--store-pid must be a process id (got %d)", c.StorePid)
-	case (c.TLS.CertFile == "") != (c.TLS.KeyFile == ""):
-		return bad("--tls-cert and --tls-key go together")
+	}
+	if err := c.TLS.Resolve(); err != nil {
+		return bad("%v", err)
 	}
 	if c.Rate > 0 && c.Duration.Seconds()*c.Rate < 1 {
 		return bad("--rate %v over --duration %v schedules no request", c.Rate, c.Duration)
 	}
 	c.Hits = uint32(*hits)
-	if c.TLS.CAFile != "" || c.TLS.CertFile != "" || c.TLS.ServerName != "" || c.TLS.Insecure {
-		c.TLS.Enabled = true
-	}
 	return o, nil
 }
 

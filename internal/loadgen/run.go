@@ -13,7 +13,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -118,13 +117,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Addr == "" {
 		return nil, errors.New("no address")
 	}
-	creds := insecure.NewCredentials()
-	if cfg.TLS.Enabled {
-		c, err := cfg.TLS.credentials()
-		if err != nil {
-			return nil, fmt.Errorf("TLS: %w", err)
-		}
-		creds = c
+	creds, err := cfg.TLS.Credentials()
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
 	}
 	r := &run{cfg: &cfg, reqs: newRequests(&cfg), stopped: make(chan struct{}), win: newTally(), sendLag: NewHistogram()}
 	r.interval.Store(newTally())
@@ -212,7 +207,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	res := r.result(wallCPU, !completed)
 	decided := res.OK + res.OverLimit + res.Unknown
-	var err error
 	if res.ServerCPU, err = server.result(wallCPU, decided, res.Requests); err != nil {
 		return nil, err
 	}
