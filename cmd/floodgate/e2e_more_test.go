@@ -479,3 +479,72 @@ func (p *holdProxy) hold(seen []byte) bool {
 	close(p.held)
 	return true
 }
+
+// An envoyproxy/ratelimit-style file with wildcards and replaces, on the
+// binary: an exact value before a wildcard before the key alone, each
+// value a wildcard matches counted on its own, and a named limit replaced
+// by another descriptor's of the same request.
+func TestServeEnvoyWildcardsAndReplaces(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", `domain: edge
+descriptors:
+  - key: client
+    value: vip
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+  - key: client
+    value: "tenant-*"
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+  - key: client
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: plan
+    value: free
+    rate_limit:
+      name: free_plan
+      unit: hour
+      requests_per_unit: 1
+  - key: promo
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+      replaces:
+        - name: free_plan
+`)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	clearOfWindowEnd(t, time.Hour, 30*time.Second)
+	limitOf := func(r *rlsv3.RateLimitResponse) uint32 { return r.Statuses[0].CurrentLimit.GetRequestsPerUnit() }
+	if r := s.ask(t, "edge", desc("client", "vip")); limitOf(r) != 100 {
+		t.Fatalf("exact value: %v", r)
+	}
+	for _, tenant := range []string{"tenant-a", "tenant-b"} { // each its own 2
+		for i := range 3 {
+			r := s.ask(t, "edge", desc("client", tenant))
+			if limitOf(r) != 2 || (r.OverallCode == rlsv3.RateLimitResponse_OK) != (i < 2) {
+				t.Fatalf("%s request %d: %v", tenant, i, r)
+			}
+		}
+	}
+	if r := s.ask(t, "edge", desc("client", "someone")); limitOf(r) != 1 {
+		t.Fatalf("key alone: %v", r)
+	}
+	// free_plan allows 1 an hour, but promo replaces it in a request that
+	// carries both: three pass, the fourth is over promo's 3
+	for i := range 4 {
+		r := s.ask(t, "edge", desc("plan", "free"), desc("promo", "spring"))
+		if (r.OverallCode == rlsv3.RateLimitResponse_OK) != (i < 3) {
+			t.Fatalf("request %d with the replacing descriptor: %v", i, r)
+		}
+		if r.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("the replaced limit was reported: %v", r.Statuses[0])
+		}
+	}
+	s.ask(t, "edge", desc("plan", "free"))
+	if r := s.ask(t, "edge", desc("plan", "free")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("free_plan alone, second request: %v", r)
+	}
+}
