@@ -73,12 +73,7 @@ func TestSeveralRulesReportTheDecidingRule(t *testing.T) {
 // An override on a descriptor with several rules replaces the rule of its
 // period (or the first) and keeps the others.
 func TestOverrideKeepsTheOtherRules(t *testing.T) {
-	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := overrides.NewCache(b, 1024, 0)
-	t.Cleanup(func() { cache.Close() })
+	cache := overrideCache(t)
 	e := newEnv(t, service.Options{Overrides: cache}, severalRules)
 	key := func(v string) string {
 		return e.svc.Rules().Match("multi", []rules.Entry{{Key: "u", Value: v}}).Key
@@ -183,12 +178,7 @@ descriptors:
 // The admin API's inspect and reset work on the state that decides: the
 // key's override's when it has one.
 func TestAdminKeysFollowOverrides(t *testing.T) {
-	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := overrides.NewCache(b, 1024, 0)
-	t.Cleanup(func() { cache.Close() })
+	cache := overrideCache(t)
 	e := newEnv(t, service.Options{Overrides: cache}, testRules)
 	k := e.svc.Rules().Match("t", []rules.Entry{{Key: "user", Value: "k1"}}).Key
 	if err := cache.Put(context.Background(), overrides.Override{Domain: "t", Key: k, Limit: 1, Period: time.Minute}); err != nil {

@@ -207,13 +207,20 @@ func TestRequestLimitsOnlyWhenAllowed(t *testing.T) {
 	}
 }
 
-func TestOverridesReplaceTheRule(t *testing.T) {
+// overrideCache returns a cache of overrides over a fresh bbolt store.
+func overrideCache(t *testing.T) *overrides.Cache {
+	t.Helper()
 	b, err := overrides.OpenBolt(t.TempDir() + "/o.db")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cache := overrides.NewCache(b, 1024, 0)
 	t.Cleanup(func() { cache.Close() })
+	return cache
+}
+
+func TestOverridesReplaceTheRule(t *testing.T) {
+	cache := overrideCache(t)
 	e := newEnv(t, service.Options{Overrides: cache}, testRules)
 	cfg := e.svc.Rules()
 	m := cfg.Match("t", []rules.Entry{{Key: "user", Value: "241531"}})

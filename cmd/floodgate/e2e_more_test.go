@@ -115,12 +115,7 @@ func TestCheckTLS(t *testing.T) {
 // `floodgate check --tls-cert --tls-key` presents a client certificate to a
 // server that requires one.
 func TestCheckMutualTLS(t *testing.T) {
-	p := newPKI(t)
-	cert, key := p.issue(t, "server", x509.ExtKeyUsageServerAuth)
-	ccert, ckey := p.issue(t, "client", x509.ExtKeyUsageClientAuth)
-	dir := t.TempDir()
-	writeRules(t, dir, "api.yaml", apiRules)
-	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", p.caPath)
+	p, s, ccert, ckey := startMutualTLS(t)
 	base := []string{"--addr", s.grpc, "--domain", "api", "--descriptor", "user=mtls-check", "--tls-ca", p.caPath}
 	if code, out, errOut := runCheck(t, append(base, "--tls-cert", ccert, "--tls-key", ckey)...); code != 0 || !strings.Contains(out, `"OK"`) {
 		t.Fatalf("check with a client certificate: exit %d\n%s\n%s", code, out, errOut)

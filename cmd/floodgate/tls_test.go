@@ -66,16 +66,25 @@ func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certPath
 	return certPath, keyPath
 }
 
+// startMutualTLS starts the binary on apiRules with TLS on its gRPC and
+// HTTP listeners, requiring client certificates from a fresh CA; it
+// returns the CA and a client certificate and key it issued.
+func startMutualTLS(t *testing.T) (p *pki, s *server, clientCert, clientKey string) {
+	t.Helper()
+	p = newPKI(t)
+	cert, key := p.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey = p.issue(t, "client", x509.ExtKeyUsageClientAuth)
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s = startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", p.caPath)
+	return p, s, clientCert, clientKey
+}
+
 // TLS with required client certificates on both the gRPC and HTTP
 // listeners: a client with a certificate from the CA gets answers; one
 // without is refused.
 func TestServeMutualTLS(t *testing.T) {
-	p := newPKI(t)
-	cert, key := p.issue(t, "server", x509.ExtKeyUsageServerAuth)
-	ccert, ckey := p.issue(t, "client", x509.ExtKeyUsageClientAuth)
-	dir := t.TempDir()
-	writeRules(t, dir, "api.yaml", apiRules)
-	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", p.caPath)
+	p, s, ccert, ckey := startMutualTLS(t)
 
 	pool := x509.NewCertPool()
 	pool.AddCert(p.ca)
