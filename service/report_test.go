@@ -260,3 +260,28 @@ func TestOverrideLookupsRunTogether(t *testing.T) {
 		t.Fatalf("at most %d lookups in flight at once, want all 3", g.most)
 	}
 }
+
+// A calendar rule deciding among several has no Envoy unit (the headers
+// carry its window), as a calendar limit of its own has none.
+func TestSeveralRulesCalendarHasNoUnit(t *testing.T) {
+	e := newEnv(t, service.Options{}, `domain: cal
+descriptors:
+  - key: u
+    rate_limits:
+      - name: burst
+        unit: second
+        requests_per_unit: 100
+      - name: daily
+        calendar: day
+        time_zone: Europe/Paris
+        requests_per_unit: 2
+`)
+	r := e.ask(t, reqOf("cal", d("u", "a")))
+	cl := r.Statuses[0].CurrentLimit
+	if cl.GetName() != "daily" || cl.GetRequestsPerUnit() != 2 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_UNKNOWN || cl.UnitMultiplier != nil {
+		t.Fatalf("deciding calendar rule: %v", cl)
+	}
+	if got := header(r, "RateLimit-Policy"); !strings.Contains(got, `"daily";q=2;w=86400`) {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+}

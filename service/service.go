@@ -674,8 +674,12 @@ func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.
 	}
 	if it.policy != nil && (it.policy != l.Policy || several) {
 		// an override, a request's own limit, or one rule of several:
-		// the deciding rule's window
-		w := ratehdr.Window(decidingRule(it.policy, d.Rule))
+		// the deciding rule's window (none for a calendar window)
+		r := decidingRule(it.policy, d.Rule)
+		w := r.Period
+		if r.Calendar != "" {
+			w = 0
+		}
 		for _, u := range []struct {
 			name string
 			d    time.Duration
