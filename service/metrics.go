@@ -59,10 +59,11 @@ var requestCodes = [...]string{"ok", "over_limit", "error"}
 
 // limitSeries are a limit's decision counters, by outcome.
 type limitSeries struct {
-	outcomes [6]atomic.Pointer[prometheus.Counter]
+	outcomes [8]atomic.Pointer[prometheus.Counter]
 }
 
-var decisionOutcomes = [...]string{"ok", "over_limit", "shadow_over_limit", "degraded_ok", "degraded_over_limit", "degraded_shadow_over_limit"}
+var decisionOutcomes = [...]string{"ok", "over_limit", "shadow_over_limit", "quota_over_limit",
+	"degraded_ok", "degraded_over_limit", "degraded_shadow_over_limit", "degraded_quota_over_limit"}
 
 type counterKey struct {
 	vec     *prometheus.CounterVec
@@ -102,7 +103,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: r,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_decisions_total",
-			Help: "Descriptor decisions by domain, rule and outcome (ok, over_limit, shadow_over_limit, degraded_ok, degraded_over_limit)."},
+			Help: "Descriptor decisions by domain, rule and outcome (ok, over_limit, shadow_over_limit, quota_over_limit, and each degraded_: decided by a failure mode)."},
 			[]string{"domain", "rule", "outcome"}),
 		detailed: &topValues{desc: prometheus.NewDesc("floodgate_top_value_decisions",
 			"Decisions per descriptor value for rules with detailed_metric: the 100 most frequent values per rule (Space-Saving estimate), the rest as \"other\". A gauge: values enter and leave the top.",
@@ -177,12 +178,15 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, key string, d *
 	outcome := 0 // ok
 	if !d.Allowed {
 		outcome = 1 // over_limit
-		if l.ShadowMode {
+		switch {
+		case l.ShadowMode:
 			outcome = 2 // shadow_over_limit
+		case l.QuotaMode:
+			outcome = 3 // quota_over_limit: admitted in quota mode
 		}
 	}
 	if d.Degraded {
-		outcome += 3
+		outcome += 4
 	}
 	if l.Policy == nil {
 		// a request's own limit: a fresh *rules.Limit each time

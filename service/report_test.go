@@ -107,7 +107,8 @@ func TestOverrideKeepsTheOtherRules(t *testing.T) {
 // and says so in the response's dynamic metadata, as envoyproxy/ratelimit
 // names it; a limit's metadata comes back there too.
 func TestQuotaModeAndMetadata(t *testing.T) {
-	e := newEnv(t, service.Options{}, `domain: q
+	metrics := service.NewMetrics()
+	e := newEnv(t, service.Options{Metrics: metrics}, `domain: q
 descriptors:
   - key: quota
     quota_mode: true
@@ -146,6 +147,32 @@ descriptors:
 	if header(r, "Retry-After") != "" {
 		t.Fatalf("Retry-After on an admitted request: %v", r.ResponseHeadersToAdd)
 	}
+	if n := decisions(t, metrics, "quota_over_limit"); n != 1 {
+		t.Fatalf("quota_over_limit decisions %v, want 1", n)
+	}
+}
+
+// decisions sums floodgate_decisions_total{outcome=outcome}.
+func decisions(t *testing.T, m *service.Metrics, outcome string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "floodgate_decisions_total" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
+					sum += mm.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // Under all_or_nothing a blocked descriptor (requests_per_unit: 0) denies
