@@ -109,7 +109,12 @@ func TestRedisCacheAcrossInstances(t *testing.T) {
 		o, ok, _ := b.Get(ctx, "api", "bulk=7")
 		return ok && o.Limit == 8
 	})
-	if st := b.Stats(); st.Invalidations < 4 {
+	// The change and the delete each dropped an entry b held (b has no
+	// TTL, so it saw them only that way). Whether b held entries to drop
+	// for the first put and the bulk write depends on whether its check
+	// that the domain is empty (MayHave) ran meanwhile: then it caches
+	// nothing there.
+	if st := b.Stats(); st.Invalidations < 2 {
 		t.Fatalf("b's stats: %+v", st)
 	}
 }
