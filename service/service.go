@@ -332,7 +332,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if it.blocked && it.op < 0 && !it.replaced {
-			st.CurrentLimit = currentLimit(&p.limit, it, &floodgate.Decision{})
+			st.CurrentLimit = currentLimit(&p.limit, it, &floodgate.Decision{}, nil)
 			switch {
 			case it.limit.QuotaMode:
 				violations = append(violations, i)
@@ -346,7 +346,8 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			continue
 		}
 		d := &decisions[it.op]
-		st.CurrentLimit = currentLimit(&p.limit, it, d)
+		ph := s.headerFor(it)
+		st.CurrentLimit = currentLimit(&p.limit, it, d, ph)
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		wait := d.ResetAfter
 		if !d.Allowed {
@@ -368,7 +369,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		hdr.add(s.headerFor(it), d, over)
+		hdr.add(ph, d, over)
 	}
 	resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	resp.DynamicMetadata = dynamicMetadata(items, violations)
@@ -659,7 +660,10 @@ var envoyUnits = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 // empty otherwise; for several rules, the deciding rule's), requests per
 // unit, and the unit with its multiplier when the window is one (90 s is
 // 90 × SECOND; a calendar window has no unit: the headers carry it).
-func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.Decision) *rlsv3.RateLimitResponse_RateLimit {
+//
+// ph is the headers' description of it's policy (nil when it has none);
+// it names the policy's rules, so nothing here copies them.
+func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.Decision, ph *policyHeader) *rlsv3.RateLimitResponse_RateLimit {
 	cl.RequestsPerUnit = uint32(min(max(d.Limit, 0), math.MaxUint32))
 	l := it.limit
 	if l == nil {
@@ -668,18 +672,15 @@ func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.
 	if l.NameGiven {
 		cl.Name = l.Name
 	}
-	several := it.policy != nil && len(it.policy.Rules()) > 1
-	if several {
-		cl.Name = decidingRule(it.policy, d.Rule).Name
-	}
-	if it.policy != nil && (it.policy != l.Policy || several) {
+	several := ph != nil && len(ph.rules) > 1
+	if ph != nil && (it.policy != l.Policy || several) {
 		// an override, a request's own limit, or one rule of several:
 		// the deciding rule's window (none for a calendar window)
-		r := decidingRule(it.policy, d.Rule)
-		w := r.Period
-		if r.Calendar != "" {
-			w = 0
+		rh := ph.forRule(d.Rule)
+		if several {
+			cl.Name = rh.rule
 		}
+		w := rh.period
 		for _, u := range []struct {
 			name string
 			d    time.Duration
@@ -728,8 +729,9 @@ type policyHeader struct {
 }
 
 type ruleHeader struct {
-	rule, name string // the rule's name in its policy; as the headers say it
-	window     time.Duration
+	rule, name string        // the rule's name in its policy; as the headers say it
+	window     time.Duration // nominal for a calendar window
+	period     time.Duration // 0 for a calendar window
 }
 
 // forRule returns the header of the rule named rule (the first rule's if
@@ -743,16 +745,6 @@ func (ph *policyHeader) forRule(rule string) *ruleHeader {
 	return &ph.rules[0]
 }
 
-// decidingRule returns p's rule named name, or its first rule.
-func decidingRule(p *floodgate.Policy, name string) floodgate.Rule {
-	rs := p.Rules()
-	for _, r := range rs {
-		if r.Name == name {
-			return r
-		}
-	}
-	return rs[0]
-}
 
 type policyHeaderKey struct {
 	limit  *rules.Limit
@@ -772,7 +764,10 @@ func (s *Service) headerFor(it *item) *policyHeader {
 		if len(rs) == 1 && it.limit != nil && it.limit.Name != "" {
 			name = it.limit.Name
 		}
-		rh := ruleHeader{rule: r.Name, name: sfString(name), window: ratehdr.Window(r)}
+		rh := ruleHeader{rule: r.Name, name: sfString(name), window: ratehdr.Window(r), period: r.Period}
+		if r.Calendar != "" {
+			rh.period = 0
+		}
 		ph.rules[i] = rh
 		items[i] = ratehdr.PolicyItem(rh.name, r.Limit, rh.window)
 	}
