@@ -745,7 +745,6 @@ func (ph *policyHeader) forRule(rule string) *ruleHeader {
 	return &ph.rules[0]
 }
 
-
 type policyHeaderKey struct {
 	limit  *rules.Limit
 	policy *floodgate.Policy
