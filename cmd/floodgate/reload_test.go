@@ -287,3 +287,58 @@ func TestRuleLoaderConsumerRefusal(t *testing.T) {
 		t.Fatalf("refused reloads after SIGHUP %v, want 2", got)
 	}
 }
+
+// An edit that keeps the file's size and its modification time (two
+// writes within one tick of the file system's clock) is still seen.
+func TestRuleLoaderSeesSameSizeEdit(t *testing.T) {
+	tl := newTestLoader(t)
+	tl.write("a.yaml", domainRules("d1", 7))
+	tl.load()
+	p := filepath.Join(tl.dir, "a.yaml")
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRules(t, tl.dir, "a.yaml", domainRules("d1", 9))
+	if err := os.Chtimes(p, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := os.Stat(p); st2.Size() != st.Size() || !st2.ModTime().Equal(st.ModTime()) {
+		t.Fatalf("the edit changed size or time: %v %v", st, st2)
+	}
+	tl.poll(1)
+	tl.wantLimit("d1", 9, "a.yaml")
+}
+
+// A Kubernetes ConfigMap volume: each file is a symbolic link through
+// ..data, and an update swaps ..data to a new directory, leaving the links
+// as they were. The loader follows the links and sees the new rules.
+func TestRuleLoaderFollowsConfigMapSwap(t *testing.T) {
+	tl := newTestLoader(t)
+	version := func(name string, n int) {
+		if err := os.Mkdir(filepath.Join(tl.dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeRules(t, filepath.Join(tl.dir, name), "a.yaml", domainRules("d1", n))
+	}
+	swap := func(to string) { // as the kubelet does: a new link renamed over ..data
+		tmp := filepath.Join(tl.dir, "..data_tmp")
+		if err := os.Symlink(to, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(tl.dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", 7)
+	swap("..v1")
+	if err := os.Symlink(filepath.Join("..data", "a.yaml"), filepath.Join(tl.dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	tl.load()
+	tl.wantLimit("d1", 7, "a.yaml")
+	version("..v2", 9)
+	swap("..v2")
+	tl.poll(1)
+	tl.wantLimit("d1", 9, "a.yaml")
+}

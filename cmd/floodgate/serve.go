@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -272,8 +273,13 @@ type ruleLoader struct {
 	onLoad func(*rules.Config) error
 }
 
-// signature describes the directory's rule files (name, size, modification
-// time) so that a change shows, and returns their paths sorted by name.
+// signature describes the directory's rule files by name and content
+// (a SHA-256 of each), so that every change shows: an edit that keeps a
+// file's size within one tick of the file system's clock, and a
+// Kubernetes ConfigMap update, which swaps the directory a file's symbolic
+// link points through and leaves the link itself as it was. It returns
+// the files' paths sorted by name. Rules files are small; reading them at
+// every poll costs little.
 func (l *ruleLoader) signature() (string, []string, error) {
 	ents, err := os.ReadDir(l.dir)
 	if err != nil {
@@ -283,16 +289,21 @@ func (l *ruleLoader) signature() (string, []string, error) {
 	var paths []string
 	for _, e := range ents {
 		n := e.Name()
-		if e.IsDir() || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
+		if !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
 			continue
 		}
 		p := filepath.Join(l.dir, n)
+		info, err := os.Stat(p) // through symbolic links
+		if err != nil || info.IsDir() {
+			continue
+		}
 		paths = append(paths, p)
-		fmt.Fprintf(&b, "%s|%d|%d\n", n, info.Size(), info.ModTime().UnixNano())
+		data, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s|unreadable %v\n", n, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s|%x\n", n, sha256.Sum256(data))
 	}
 	sort.Strings(paths)
 	return b.String(), paths, nil
