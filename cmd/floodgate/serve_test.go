@@ -546,7 +546,8 @@ func TestServeRedisDownDegradesAndRecovers(t *testing.T) {
 	})
 }
 
-// metricValue reads an unlabelled metric from the server's /metrics.
+// metricValue reads one series (a name, with its labels if it has any,
+// as /metrics writes them) from the server's /metrics.
 func metricValue(t *testing.T, addr, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
