@@ -142,9 +142,10 @@ type item struct {
 	hits     int64
 	refund   bool
 	replaced bool
-	blocked  bool // requests_per_unit: 0: always over, the store is not asked
-	decide   bool // the store decides it (under policy, once resolved)
-	op       int  // index into ops, or -1
+	blocked  bool                                            // requests_per_unit: 0: always over, the store is not asked
+	reqLimit *rlcommon.RateLimitDescriptor_RateLimitOverride // the descriptor's own limit, when it decides
+	decide   bool                                            // the store decides it (under policy, once resolved)
+	op       int                                             // index into ops, or -1
 }
 
 // Decide answers a request; errors wrapping errBadRequest are the caller's.
@@ -217,7 +218,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			}
 			it.blocked = it.limit.Blocked
 		}
-		if d.Limit != nil && s.opts.AllowRequestLimits {
+		// As envoyproxy/ratelimit: a descriptor's own limit applies in the
+		// domains the rules know, whatever the descriptor matches.
+		if d.Limit != nil && s.opts.AllowRequestLimits && cfg.Domain(req.Domain) != nil {
 			p, err := s.requestPolicy(d.Limit)
 			if err != nil {
 				return nil, badRequest("descriptors[%d].limit: %v", i, err)
@@ -225,9 +228,17 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			if it.key == "" {
 				it.key = entryKey(entries)
 			}
+			it.reqLimit = d.Limit
+			if d.Limit.RequestsPerUnit == 0 {
+				// blocks, as a rule's requests_per_unit: 0 does (p is a placeholder)
+				it.limit = &rules.Limit{Name: p.Rules()[0].Name, Blocked: true, Policy: p, Window: p.Rules()[0].Period}
+				it.blocked = true
+				continue
+			}
 			if it.limit == nil {
 				it.limit = &rules.Limit{Name: p.Rules()[0].Name}
 			}
+			it.blocked = false
 			it.policy = p
 		}
 	}
@@ -278,10 +289,11 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 	var decisionBuf [4]floodgate.Decision
 	decisions := decisionBuf[:0]
+	now := s.opts.Clock.NowMicro()
 	switch len(ops) {
 	case 0:
 	case 1: // one store call, no batch to build
-		d, err := s.opts.Store.Do(ctx, s.opts.Clock.NowMicro(), ops[0])
+		d, err := s.opts.Store.Do(ctx, now, ops[0])
 		if err != nil {
 			return nil, err
 		}
@@ -290,7 +302,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		// The store keeps neither slice, but escape analysis cannot know
 		// that through an interface: give it heap copies.
 		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
-		if err := s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), batch, out); err != nil {
+		if err := s.opts.Store.DoBatch(ctx, now, batch, out); err != nil {
 			return nil, err
 		}
 		decisions = out
@@ -304,7 +316,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			if it.limit == nil || it.limit.ShadowMode || it.limit.QuotaMode {
 				continue // never blocks
 			}
-			if it.op >= 0 && !decisions[it.op].Allowed || it.blocked && it.op < 0 && !it.replaced {
+			if it.op >= 0 && !decisions[it.op].Allowed || it.blockedOver() {
 				denied = true
 			}
 		}
@@ -333,7 +345,12 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		resp.Statuses[i] = st
 		if it.blocked && it.op < 0 && !it.replaced {
 			st.CurrentLimit = currentLimit(&p.limit, it, &floodgate.Decision{}, nil)
+			if ph := s.headerFor(&item{limit: it.limit, policy: it.limit.Policy}); ph.rules[0].fixed {
+				st.DurationUntilReset = setDuration(&p.duration, windowLeft(now, ph.rules[0].period))
+			}
 			switch {
+			case !it.blockedOver():
+				// a check (hits_addend 0) or a refund: 0 hits do not exceed 0
 			case it.limit.QuotaMode:
 				violations = append(violations, i)
 			case !it.limit.ShadowMode:
@@ -343,6 +360,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			continue
 		}
 		if it.op < 0 {
+			if it.limit != nil && it.limit.Unlimited && it.policy == nil {
+				st.LimitRemaining = math.MaxUint32 // as envoyproxy/ratelimit says it
+			}
 			continue
 		}
 		d := &decisions[it.op]
@@ -350,8 +370,13 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		st.CurrentLimit = currentLimit(&p.limit, it, d, ph)
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		wait := d.ResetAfter
-		if !d.Allowed {
-			wait = d.RetryAfter
+		if !d.Allowed && d.RetryAfter > 0 {
+			wait = d.RetryAfter // else no wait helps (hits over the whole limit)
+		}
+		if rh := ph.forRule(d.Rule); wait <= 0 && rh.fixed {
+			// nothing counted yet, or no wait helps: a fixed window
+			// still says when it ends, as envoyproxy/ratelimit does
+			wait = windowLeft(now, rh.period)
 		}
 		st.DurationUntilReset = setDuration(&p.duration, wait)
 		over := !d.Allowed
@@ -374,6 +399,22 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	resp.DynamicMetadata = dynamicMetadata(items, violations)
 	return resp, nil
+}
+
+// blockedOver says whether a descriptor is over a limit of
+// requests_per_unit 0: when it brings hits (a check or a refund does not).
+func (it *item) blockedOver() bool {
+	return it.blocked && it.op < 0 && !it.replaced && it.hits != 0 && !it.refund
+}
+
+// windowLeft is the time from now (Unix µs) to the end of the fixed
+// window of period p aligned to the Unix epoch.
+func windowLeft(now int64, p time.Duration) time.Duration {
+	pm := p.Microseconds()
+	if pm <= 0 {
+		return 0
+	}
+	return time.Duration(pm-now%pm) * time.Microsecond
 }
 
 // dynamicMetadata is the response's dynamic_metadata when some matched
@@ -589,15 +630,13 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 	if !ok {
 		return nil, fmt.Errorf("unit %v", l.Unit)
 	}
-	if l.RequestsPerUnit == 0 {
-		return nil, errors.New("requests_per_unit must be positive")
-	}
 	if l.UnitMultiplier != nil && l.UnitMultiplier.Value > 1 {
 		w *= time.Duration(l.UnitMultiplier.Value)
 	}
-	sig := fmt.Sprintf("request|%d|%d", l.RequestsPerUnit, w)
+	rpu := max(l.RequestsPerUnit, 1) // 0 blocks: the caller does not ask the store (a placeholder)
+	sig := fmt.Sprintf("request|%d|%d", rpu, w)
 	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
-		return floodgate.NewPolicy(sig, floodgate.Rule{Name: fmt.Sprintf("%d/%s", l.RequestsPerUnit, w), Algorithm: floodgate.FixedWindow, Limit: int64(l.RequestsPerUnit), Period: w})
+		return floodgate.NewPolicy(sig, floodgate.Rule{Name: fmt.Sprintf("%d/%s", rpu, w), Algorithm: floodgate.FixedWindow, Limit: int64(rpu), Period: w})
 	})
 }
 
@@ -665,6 +704,18 @@ var envoyUnits = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 // it names the policy's rules, so nothing here copies them.
 func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.Decision, ph *policyHeader) *rlsv3.RateLimitResponse_RateLimit {
 	cl.RequestsPerUnit = uint32(min(max(d.Limit, 0), math.MaxUint32))
+	if rl := it.reqLimit; rl != nil {
+		// the descriptor's own limit, said as given (Envoy's units are
+		// numbered alike in both enums), unnamed, as envoyproxy/ratelimit does
+		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(rl.Unit)
+		if m := rl.GetUnitMultiplier().GetValue(); m > 1 {
+			cl.UnitMultiplier = wrapperspb.UInt32(m)
+		}
+		if it.blocked {
+			cl.RequestsPerUnit = 0
+		}
+		return cl
+	}
 	l := it.limit
 	if l == nil {
 		return cl
@@ -732,6 +783,7 @@ type ruleHeader struct {
 	rule, name string        // the rule's name in its policy; as the headers say it
 	window     time.Duration // nominal for a calendar window
 	period     time.Duration // 0 for a calendar window
+	fixed      bool          // a fixed window aligned to the Unix epoch
 }
 
 // forRule returns the header of the rule named rule (the first rule's if
@@ -767,6 +819,7 @@ func (s *Service) headerFor(it *item) *policyHeader {
 		if r.Calendar != "" {
 			rh.period = 0
 		}
+		rh.fixed = r.Algorithm == floodgate.FixedWindow && rh.period > 0
 		ph.rules[i] = rh
 		items[i] = ratehdr.PolicyItem(rh.name, r.Limit, rh.window)
 	}
