@@ -87,6 +87,7 @@ type runner struct {
 	steps, matches, documented, mismatches int
 	loads, loadMatches, loadDocumented     int
 	loadMismatches                         int
+	crashes                                int // requests envoyproxy/ratelimit died of
 }
 
 func (r *runner) printf(format string, args ...any) { fmt.Fprintf(r.w, format, args...) }
@@ -128,6 +129,9 @@ func (r *runner) run(check, only string) error {
 	}
 	r.printf("requests compared: %d; matches %d, documented differences %d, mismatches %d\n",
 		r.steps, r.matches, r.documented, r.mismatches)
+	if r.crashes > 0 {
+		r.printf("requests envoyproxy/ratelimit crashed on (floodgate answered): %d\n", r.crashes)
+	}
 	return nil
 }
 
@@ -225,6 +229,7 @@ func (r *runner) runGroup(g group, work, redisAddr string) error {
 	defer fc.Close()
 	peerClient, fgClient := rlsv3.NewRateLimitServiceClient(pc), rlsv3.NewRateLimitServiceClient(fc)
 
+scenarios:
 	for _, sc := range g.scenarios {
 		r.printf("### %s\n", sc.name)
 		for i, st := range sc.steps {
@@ -232,6 +237,11 @@ func (r *runner) runGroup(g group, work, redisAddr string) error {
 				alignStep()
 				pr, perr := call(peerClient, st.req)
 				fr, ferr := call(fgClient, st.req)
+				if peerProc.exited() {
+					r.printf("  %d CRASH  %s\n        envoyproxy/ratelimit crashed on this request; floodgate: %s\n", i+1, describe(st.req), summarize(fr, ferr))
+					r.crashes++
+					break scenarios
+				}
 				diffs := compare(pr, perr, fr, ferr)
 				label := fmt.Sprintf("%d", i+1)
 				if st.repeat > 1 {
@@ -264,15 +274,19 @@ func (r *runner) runGroup(g group, work, redisAddr string) error {
 		return fmt.Errorf("floodgate stopped answering: %w\n%s", err, fgLog.String())
 	}
 	if peerProc.exited() {
-		r.printf("\nenvoyproxy/ratelimit exited during this group; its last output:\n%s\n", tail(peerLog.String(), 5))
+		r.printf("\nenvoyproxy/ratelimit exited during this group; its output begins:\n%s\n", head(peerLog.String(), "panic", 4))
 	}
 	return nil
 }
 
-func tail(s string, n int) string {
+// head returns n lines of s from the first holding from (or from the start).
+func head(s, from string, n int) string {
+	if i := strings.Index(s, from); i >= 0 {
+		s = s[i:]
+	}
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
 }
