@@ -8,5 +8,8 @@
 // all and docs/BENCHMARKS.md reports the results. cmd/report turns a raw
 // results file into the tables of that report. middleware.sh runs
 // BenchmarkMiddleware (the net/http middleware of Floodgate and its peers,
-// per request) and cmd/mwreport makes its table.
+// per request) and cmd/mwreport makes its table. envoydiff.sh runs
+// cmd/envoydiff, a differential check of `floodgate serve` against
+// envoyproxy/ratelimit on the same rules and requests (docs/SERVICE.md,
+// Differences from envoyproxy/ratelimit).
 package bench
