@@ -115,6 +115,11 @@ func TestEnvoyDiffRequestLimits(t *testing.T) {
 		st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.DurationUntilReset.AsDuration() != 40*time.Second {
 		t.Fatalf("own limit 0/minute: %v, want OVER_LIMIT, 0/MINUTE, reset in 40s", r)
 	}
+	month := d("user", "m")
+	month.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MONTH}
+	if cl := e.ask(t, one("t", 0, month)).Statuses[0].CurrentLimit; cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MONTH || cl.UnitMultiplier != nil || cl.RequestsPerUnit != 3 {
+		t.Fatalf("own limit 3/month: current_limit %v, want 3/MONTH (it said 30 × DAY)", cl)
+	}
 	own := d("user", "u")
 	own.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
 	for i := 0; i < 2; i++ {
