@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # service.sh measures `floodgate serve` with `floodgate bench`, in one run:
-# the empty ShouldRateLimit handler (the gRPC stack's ceiling), the service
+# the empty ShouldRateLimit handler (the gRPC stack's ceiling, on the gRPC
+# options and GC floor of floodgate serve; and as stock grpc-go serves it,
+# for a second reference), the service
 # on the in-memory store, and on Redis (a redis-server started here on a
 # free port). Closed loop at 64 callers over 1000 keys (throughput, latency,
 # the server's CPU per decision), then open loop at 5,000 requests/s.
@@ -39,6 +41,9 @@ bench_rules "$work/rules"
 ep=$(freeport)
 "$fg" bench --serve-empty 127.0.0.1:$ep & pids+=($!); empty_pid=$!
 wait_port $ep
+kp=$(freeport)
+"$fg" bench --serve-empty 127.0.0.1:$kp --stock & pids+=($!); stock_pid=$!
+wait_port $kp
 
 mp=$(freeport)
 "$fg" serve --rules "$work/rules" --data "$work/mem" --grpc-addr 127.0.0.1:$mp --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); mem_pid=$!
@@ -86,6 +91,7 @@ run() { # name addr pid args...
 }
 for mode in "--concurrency 64" "--rate 5000"; do
 	run empty 127.0.0.1:$ep $empty_pid $mode
+	run empty-stock 127.0.0.1:$kp $stock_pid $mode
 	run memory 127.0.0.1:$mp $mem_pid $mode
 	run redis 127.0.0.1:$sp $red_pid $mode --store-pid $redis_pid
 	if [[ -n ${peer_pid:-} ]]; then

@@ -35,6 +35,14 @@ func EmptyServer(lis net.Listener) *grpc.Server {
 	return serveHandler(lis, emptyHandler{}, service.GRPCOptions()...)
 }
 
+// StockEmptyServer is EmptyServer with grpc-go's default server options
+// (grpc.NewServer() with none): the handler as a plain grpc-go service would
+// serve it, for a second comparison point beside the tuned stack of
+// EmptyServer.
+func StockEmptyServer(lis net.Listener) *grpc.Server {
+	return serveHandler(lis, emptyHandler{})
+}
+
 // serveHandler serves h on lis in a new goroutine.
 func serveHandler(lis net.Listener, h rlsv3.RateLimitServiceServer, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)

@@ -423,7 +423,8 @@ func TestMainUsageErrors(t *testing.T) {
 		{[]string{"--addr", "x:1", "--hits", "5000000000"}, "--hits 5000000000 is out of range"},
 		{[]string{"--addr", "x:1", "--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
 		{[]string{"--addr", "x:1", "extra"}, `unexpected argument "extra"`},
-		{[]string{"--serve-empty", "127.0.0.1:0", "--addr", "x:1"}, "--serve-empty takes no other flag"},
+		{[]string{"--serve-empty", "127.0.0.1:0", "--addr", "x:1"}, "--serve-empty takes no other flag but --stock"},
+		{[]string{"--addr", "x:1", "--stock"}, "--stock goes with --serve-empty"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := mainCtx(context.Background(), tc.args, &stdout, &stderr)
@@ -507,5 +508,41 @@ func TestNotRateLimitService(t *testing.T) {
 	_, err := Run(context.Background(), Config{Addr: lis.Addr().String(), Duration: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "does not serve") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestServeEmptyStock(t *testing.T) {
+	// --serve-empty --stock serves the empty handler on grpc-go's defaults
+	ctx, cancel := context.WithCancel(context.Background())
+	serveErr := &syncBuffer{}
+	served := make(chan int)
+	go func() {
+		served <- mainCtx(ctx, []string{"--serve-empty", "127.0.0.1:0", "--stock"}, &bytes.Buffer{}, serveErr)
+	}()
+	re := regexp.MustCompile(`stock empty RateLimitService on (127\.0\.0\.1:\d+)`)
+	var m []string
+	for deadline := time.Now().Add(5 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		m = re.FindStringSubmatch(serveErr.String())
+	}
+	if m == nil {
+		cancel()
+		t.Fatalf("--serve-empty --stock said %q", serveErr.String())
+	}
+	var stdout, stderr bytes.Buffer
+	code := mainCtx(context.Background(), []string{"--addr", m[1], "--duration", "200ms", "--warmup", "0s",
+		"--concurrency", "2", "--json", "--quiet"}, &stdout, &stderr)
+	cancel()
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.OK == 0 || res.Requests != res.OK || res.Errors != 0 {
+		t.Fatalf("json result %s", stdout.String())
+	}
+	if code := <-served; code != 0 {
+		t.Fatalf("--serve-empty --stock exit %d", code)
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 const usageText = `usage: floodgate bench --addr HOST:PORT [flags]
-       floodgate bench --serve-empty HOST:PORT
+       floodgate bench --serve-empty HOST:PORT [--stock]
 
 Drives Envoy's RateLimitService/ShouldRateLimit over gRPC and reports
 requests/s, OK / OVER_LIMIT / error counts and latency percentiles.
@@ -30,7 +30,9 @@ request's intended send time, so stalls are not hidden (no coordinated
 omission). Workers are started as needed, up to --max-inflight.
 
 --serve-empty ADDR runs a RateLimitService that answers OK with no work, the
-ceiling of the gRPC stack, until interrupted.
+ceiling of the gRPC stack, until interrupted: with the gRPC options and
+garbage-collection floor of floodgate serve, or with --stock as grpc-go and
+the Go runtime come (grpc.NewServer() with no options, GOGC as set).
 
 Flags:
 `
@@ -55,6 +57,7 @@ type options struct {
 	jsonOut    bool
 	quiet      bool
 	serveEmpty string
+	stock      bool
 }
 
 type descriptorFlag struct{ d *[]Descriptor }
@@ -108,6 +111,7 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the summary as JSON")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.StringVar(&o.serveEmpty, "serve-empty", "", "run the empty RateLimitService on `host:port` until interrupted")
+	fs.BoolVar(&o.stock, "stock", false, "with --serve-empty: grpc-go's default server options and no garbage-collection floor")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,11 +131,14 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	}
 	if o.serveEmpty != "" {
 		for name := range set {
-			if name != "serve-empty" {
-				return bad("--serve-empty takes no other flag (got --%s)", name)
+			if name != "serve-empty" && name != "stock" {
+				return bad("--serve-empty takes no other flag but --stock (got --%s)", name)
 			}
 		}
 		return o, nil
+	}
+	if set["stock"] {
+		return bad("--stock goes with --serve-empty")
 	}
 	if c.Addr == "" {
 		return bad("--addr HOST:PORT is required")
@@ -193,7 +200,7 @@ func mainCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.serveEmpty != "" {
-		return serveEmpty(ctx, o.serveEmpty, stderr)
+		return serveEmpty(ctx, o.serveEmpty, o.stock, stderr)
 	}
 	if !o.quiet {
 		o.cfg.Progress = stderr
@@ -215,15 +222,18 @@ func mainCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func serveEmpty(ctx context.Context, addr string, stderr io.Writer) int {
+func serveEmpty(ctx context.Context, addr string, stock bool, stderr io.Writer) int {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate bench: %v\n", err)
 		return 1
 	}
-	service.SetGCFloor(service.DefaultGCFloor) // as `floodgate serve` runs
-	s := EmptyServer(lis)
-	fmt.Fprintf(stderr, "floodgate bench: empty RateLimitService on %s (pid %d); interrupt to stop\n", lis.Addr(), os.Getpid())
+	s, kind := StockEmptyServer(lis), "stock "
+	if !stock {
+		service.SetGCFloor(service.DefaultGCFloor) // as `floodgate serve` runs
+		s, kind = EmptyServer(lis), ""
+	}
+	fmt.Fprintf(stderr, "floodgate bench: %sempty RateLimitService on %s (pid %d); interrupt to stop\n", kind, lis.Addr(), os.Getpid())
 	<-ctx.Done()
 	done := make(chan struct{})
 	go func() { s.GracefulStop(); close(done) }()

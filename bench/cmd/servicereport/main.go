@@ -1,7 +1,9 @@
 // Command servicereport turns bench/service.sh's raw output (a "=== name
 // flags" line, then floodgate bench's JSON, per run) into the markdown table
 // of docs/BENCHMARKS.md, with the service's figures relative to the empty
-// handler's, and, for the runs on Redis, redis-server's CPU per decision.
+// handler's (and its CPU relative to the stock empty handler's, grpc-go on
+// its defaults, when the run has one), and, for the runs on Redis,
+// redis-server's CPU per decision.
 package main
 
 import (
@@ -72,25 +74,31 @@ func main() {
 		buf.WriteByte('\n')
 	}
 	flush()
-	base := map[string]result{}
+	base, stock := map[string]result{}, map[string]result{}
 	for _, r := range runs {
-		if r.name == "empty" {
+		switch r.name {
+		case "empty":
 			base[r.r.Mode] = r.r
+		case "empty-stock":
+			stock[r.r.Mode] = r.r
 		}
 	}
-	fmt.Println("| load | server | requests/s | vs empty | p50 | p99 | p999 | server CPU µs/decision | vs empty | Redis CPU µs/decision | errors |")
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Println("| load | server | requests/s | vs empty | p50 | p99 | p999 | server CPU µs/decision | vs empty | vs stock empty | Redis CPU µs/decision | errors |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range runs {
-		b := base[r.r.Mode]
+		b, k := base[r.r.Mode], stock[r.r.Mode]
 		load := "closed, 64 callers"
 		if r.r.Mode == "open" {
 			load = fmt.Sprintf("open, %.0f/s", r.r.Rate)
 		}
-		cpu, cpuRatio := "–", "–"
+		cpu, cpuRatio, stockRatio := "–", "–", "–"
 		if r.r.ServerCPU != nil {
 			cpu = fmt.Sprintf("%.1f", r.r.ServerCPU.US)
 			if b.ServerCPU != nil && b.ServerCPU.US > 0 {
 				cpuRatio = fmt.Sprintf("%.2f×", r.r.ServerCPU.US/b.ServerCPU.US)
+			}
+			if k.ServerCPU != nil && k.ServerCPU.US > 0 {
+				stockRatio = fmt.Sprintf("%.2f×", r.r.ServerCPU.US/k.ServerCPU.US)
 			}
 		}
 		store := "–"
@@ -101,8 +109,8 @@ func main() {
 		if b.RPS > 0 {
 			ratio = fmt.Sprintf("%.0f%%", 100*r.r.RPS/b.RPS)
 		}
-		fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d |\n", load, r.name, r.r.RPS, ratio,
-			ms(r.r.Latency.P50), ms(r.r.Latency.P99), ms(r.r.Latency.P999), cpu, cpuRatio, store, r.r.Errors)
+		fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", load, r.name, r.r.RPS, ratio,
+			ms(r.r.Latency.P50), ms(r.r.Latency.P99), ms(r.r.Latency.P999), cpu, cpuRatio, stockRatio, store, r.r.Errors)
 	}
 }
 
