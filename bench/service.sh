@@ -17,12 +17,18 @@
 #   OUT=results/mine ./service.sh               # results/mine.txt and .md
 #   PEER=0 ./service.sh                         # without envoyproxy/ratelimit
 #   ENVOY_RATELIMIT=/path/to/service_cmd ./service.sh   # the peer built elsewhere
+#   PIN=1 ./service.sh            # the load generator on CPU 0, every server
+#                                 # (and redis-server) on CPU 1 (taskset)
 #
 # Output: results/service.txt (raw) and results/service.md (the table), or $OUT.txt and $OUT.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./lib.sh
 DURATION=${DURATION:-10s}
+srv=() load=()
+if [[ ${PIN:-0} != 0 ]]; then
+	srv=(taskset -c 1) load=(taskset -c 0)
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -39,21 +45,21 @@ bench_rules "$work/rules"
 
 
 ep=$(freeport)
-"$fg" bench --serve-empty 127.0.0.1:$ep & pids+=($!); empty_pid=$!
+"${srv[@]}" "$fg" bench --serve-empty 127.0.0.1:$ep & pids+=($!); empty_pid=$!
 wait_port $ep
 kp=$(freeport)
-"$fg" bench --serve-empty 127.0.0.1:$kp --stock & pids+=($!); stock_pid=$!
+"${srv[@]}" "$fg" bench --serve-empty 127.0.0.1:$kp --stock & pids+=($!); stock_pid=$!
 wait_port $kp
 
 mp=$(freeport)
-"$fg" serve --rules "$work/rules" --data "$work/mem" --grpc-addr 127.0.0.1:$mp --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); mem_pid=$!
+"${srv[@]}" "$fg" serve --rules "$work/rules" --data "$work/mem" --grpc-addr 127.0.0.1:$mp --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); mem_pid=$!
 wait_port $mp
 
 rp=$(freeport)
-redis-server --port $rp --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" & pids+=($!); redis_pid=$!
+"${srv[@]}" redis-server --port $rp --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" & pids+=($!); redis_pid=$!
 wait_port $rp
 sp=$(freeport)
-"$fg" serve --rules "$work/rules" --data "$work/red" --store redis://127.0.0.1:$rp --grpc-addr 127.0.0.1:$sp --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); red_pid=$!
+"${srv[@]}" "$fg" serve --rules "$work/rules" --data "$work/red" --store redis://127.0.0.1:$rp --grpc-addr 127.0.0.1:$sp --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); red_pid=$!
 wait_port $sp
 
 # The peer: envoyproxy/ratelimit on the same Redis and the same rules file
@@ -76,7 +82,7 @@ if [[ $PEER != 0 && -n $peer ]]; then
 	env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$rp \
 		RUNTIME_ROOT="$work/rl" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
 		GRPC_HOST=127.0.0.1 GRPC_PORT=$pp HOST=127.0.0.1 PORT="$(freeport)" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(freeport)" \
-		"$peer" >"$work/peer-run.log" 2>&1 & pids+=($!); peer_pid=$!
+		"${srv[@]}" "$peer" >"$work/peer-run.log" 2>&1 & pids+=($!); peer_pid=$!
 	wait_port $pp
 fi
 
@@ -87,7 +93,7 @@ out=$OUT.txt
 run() { # name addr pid args...
 	local name=$1 addr=$2 pid=$3; shift 3
 	echo "=== $name $*" | tee -a "$out"
-	"$fg" bench --addr "$addr" --domain bench --descriptor generic_key=k --keys 1000 --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
+	"${load[@]}" "$fg" bench --addr "$addr" --domain bench --descriptor generic_key=k --keys 1000 --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
 }
 for mode in "--concurrency 64" "--rate 5000"; do
 	run empty 127.0.0.1:$ep $empty_pid $mode
