@@ -31,10 +31,11 @@ import (
 // finds a slot free sends its own decisions at once, with whatever is
 // queued (so a lone caller waits for nobody); one that finds every slot
 // busy queues, and is sent with the queue as soon as a batch comes back,
-// by the goroutine that sent that batch. A caller that gives up while
-// queued is dropped from the queue, never decided; one that gives up once
-// its batch is sent leaves at once, though Redis may still apply it (the
-// caller sending a batch waits for its call: Options.Timeout at most).
+// by the goroutine that sent that batch. A caller whose store context
+// (Store.storeContext) ends while queued is dropped from the queue, never
+// decided; one whose context ends once its batch is sent leaves at once,
+// though Redis may still apply it (the caller sending a batch waits for its
+// call, which its own context bounds).
 // Decisions keep their order: a batch runs them one after the other, as
 // separate calls would. In a Cluster each call is bound to one slot and
 // keys rarely share one, so there every decision is a call of its own.
@@ -61,24 +62,42 @@ type slotConn struct {
 	broken  bool // a call failed on it: give it back instead of reusing it
 }
 
-// getConn returns a connection for a slot just taken.
-func (c *coalescer) getConn() *slotConn {
+// getConn returns a connection for a slot just taken: an idle one, or a
+// new one, made in a goroutine of its own so that ctx bounds the wait (a
+// new connection to a Redis that accepts it and then says nothing — a
+// paused or overloaded server — would hold its maker for the dial and
+// handshake timeouts). A connection that comes after ctx has ended is kept
+// for the next slot.
+func (c *coalescer) getConn(ctx context.Context) (*slotConn, error) {
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
 		sc := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
-		return sc
+		return sc, nil
 	}
 	c.mu.Unlock()
-	dc, release := c.s.client.Dedicate()
-	return &slotConn{dc: dc, release: release}
+	made := make(chan *slotConn, 1)
+	go func() {
+		dc, release := c.s.client.Dedicate()
+		made <- &slotConn{dc: dc, release: release}
+	}()
+	select {
+	case sc := <-made:
+		return sc, nil
+	case <-ctx.Done():
+		go func() { c.putConn(<-made) }()
+		return nil, ctx.Err()
+	}
 }
 
 // putConn takes back a slot's connection. A connection a call failed on
 // (a timeout, a broken socket, a server that became a replica) goes back
 // to rueidis, which drops it if it is broken; the next slot gets another.
 func (c *coalescer) putConn(sc *slotConn) {
+	if sc == nil {
+		return
+	}
 	c.mu.Lock()
 	if !sc.broken && !c.closed && len(c.idle) < c.slots {
 		c.idle = append(c.idle, sc)
@@ -138,38 +157,44 @@ func (w *waiter) add(key string, pa *policyArgs, o opNums) {
 	w.nums = append(w.nums, o)
 }
 
-// submit decides w's calls in some batch. It returns once they are
-// decided (w.dec and w.errs are set), or with ctx's error if ctx ends
-// first; w then belongs to the batch, and the caller must not reuse it.
-func (c *coalescer) submit(ctx context.Context, w *waiter) error {
+// submit decides w's calls in some batch, under sctx (the store's context
+// for the caller: Store.storeContext). It returns once they are decided
+// (w.dec and w.errs are set), or with ctx's error if the caller's ctx ends
+// first, or sctx's if it does; w then belongs to the batch, and the caller
+// must not reuse it. A caller that sends the batch waits for its call,
+// which sctx bounds.
+func (c *coalescer) submit(ctx, sctx context.Context, w *waiter) error {
 	c.mu.Lock()
 	if c.inflight < c.slots {
 		c.inflight++
 		batch := c.take(w)
 		c.mu.Unlock()
-		if len(batch) > 1 { // others ride along: not bound by this caller's deadline
-			ctx = context.Background()
+		// sctx is never cancelled, so the batch goes on if this caller
+		// leaves; it ends at the sender's store deadline at most (each of
+		// the others leaves at its own, if earlier)
+		bctx, cancel := c.s.callContext(sctx)
+		sc, err := c.getConn(bctx)
+		if err != nil {
+			c.fail(batch, err)
+		} else {
+			c.send(bctx, batch, sc)
 		}
-		sc := c.getConn()
-		bctx, cancel := c.s.callContext(ctx)
-		c.send(bctx, batch, sc)
 		cancel()
-		<-w.done // set by send, as for every waiter
+		<-w.done // set by send or fail, as for every waiter
 		c.release(sc)
 		return nil
 	}
 	c.queue = append(c.queue, w)
 	c.mu.Unlock()
-	if ctx.Done() == nil {
-		<-w.done
-		return nil
-	}
 	select {
 	case <-w.done:
 		return nil
 	case <-ctx.Done():
 		w.gone.Store(true)
 		return ctx.Err()
+	case <-sctx.Done():
+		w.gone.Store(true)
+		return sctx.Err()
 	}
 }
 
@@ -202,7 +227,8 @@ func (c *coalescer) take(first *waiter) []*waiter {
 }
 
 // release gives back a slot, or, when callers are queued, keeps it and
-// sends them from a goroutine of its own until the queue is empty.
+// sends them from a goroutine of its own until the queue is empty. sc is
+// the slot's connection, nil if it got none.
 func (c *coalescer) release(sc *slotConn) {
 	if batch := c.next(sc); batch != nil {
 		go c.drain(batch, sc)
@@ -211,14 +237,30 @@ func (c *coalescer) release(sc *slotConn) {
 
 func (c *coalescer) drain(batch []*waiter, sc *slotConn) {
 	for ; batch != nil; batch = c.next(sc) {
-		if sc.broken {
-			c.putConn(sc)
-			sc = c.getConn()
-		}
 		ctx, cancel := c.s.callContext(context.Background())
+		if sc == nil || sc.broken {
+			c.putConn(sc)
+			var err error
+			if sc, err = c.getConn(ctx); err != nil {
+				c.fail(batch, err)
+				cancel()
+				continue
+			}
+		}
 		c.send(ctx, batch, sc)
 		cancel()
 	}
+}
+
+// fail sets err as the result of every decision of batch, and wakes its
+// waiters.
+func (c *coalescer) fail(batch []*waiter, err error) {
+	for _, w := range batch {
+		for j := range w.keys {
+			w.dec[j], w.errs[j] = floodgate.Decision{}, err
+		}
+	}
+	c.wake(batch)
 }
 
 // next returns the queue's next batch for the slot sc serves; when no one

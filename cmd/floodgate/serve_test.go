@@ -568,3 +568,38 @@ func metricValue(t *testing.T, addr, name string) float64 {
 	t.Fatalf("no %s in /metrics", name)
 	return 0
 }
+
+// A silent Redis (paused: it takes the call and never answers) does not
+// run a caller past its deadline: the store gives up on Redis before the
+// caller's deadline, early enough for the rules' failure modes to answer
+// (as Envoy needs, which gives its calls 20ms), though --store-timeout is
+// far longer.
+func TestServeSilentRedisAnswersWithinCallerDeadline(t *testing.T) {
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", `domain: api
+descriptors:
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 5, failure_mode: closed}
+`)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
+	s.ask(t, "api", desc("open", "warm")) // connected, library loaded
+	srv.Pause()
+	defer srv.Resume()
+	for _, tc := range []struct {
+		key  string
+		want rlsv3.RateLimitResponse_Code
+	}{{"open", rlsv3.RateLimitResponse_OK}, {"closed", rlsv3.RateLimitResponse_OVER_LIMIT}} {
+		// 300ms: the store gives up 50ms before it, room enough on a
+		// loaded machine (with Envoy's 20ms it is 4ms)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc(tc.key, "x")}})
+		cancel()
+		if err != nil || resp.OverallCode != tc.want {
+			t.Fatalf("%s, Redis silent: %v, %v after %v; want %v by the failure mode within the deadline", tc.key, resp.GetOverallCode(), err, time.Since(start), tc.want)
+		}
+	}
+}
