@@ -6,6 +6,8 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,7 +39,8 @@ import (
 const (
 	MaxDescriptors = 64        // descriptors in one request
 	MaxEntries     = 32        // entries in one descriptor
-	MaxEntryBytes  = 1024      // bytes in one key or value
+	MaxEntryBytes  = 1024      // bytes in one entry's key (a value may be longer: see MaxKeyBytes)
+	MaxKeyBytes    = 1024      // bytes of a descriptor's store key (after its domain): a longer one is kept as its start and a digest
 	MaxHits        = 1_000_000 // hits_addend
 	maxPolicies    = 16 << 10  // policies built for overrides and request limits, cached
 )
@@ -181,7 +184,12 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		it := &items[i]
 		it.op = -1
 		if d == nil || len(d.Entries) == 0 {
-			return nil, badRequest("descriptors[%d] has no entries", i)
+			// Envoy sends one when its only action found nothing (a
+			// request_headers action with skip_if_absent and no such
+			// header): it matches nothing, and is OK, as in
+			// envoyproxy/ratelimit. Refusing the request would fail it
+			// whole, and let it through every limit where Envoy fails open.
+			continue
 		}
 		if len(d.Entries) > MaxEntries {
 			return nil, badRequest("descriptors[%d] has %d entries; at most %d", i, len(d.Entries), MaxEntries)
@@ -191,9 +199,12 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			if e.Key == "" {
 				return nil, badRequest("descriptors[%d].entries[%d].key is empty", i, j)
 			}
-			if len(e.Key) > MaxEntryBytes || len(e.Value) > MaxEntryBytes {
-				return nil, badRequest("descriptors[%d].entries[%d] is longer than %d bytes", i, j, MaxEntryBytes)
+			if len(e.Key) > MaxEntryBytes {
+				return nil, badRequest("descriptors[%d].entries[%d].key is longer than %d bytes", i, j, MaxEntryBytes)
 			}
+			// A value of any length is limited (it comes from the client,
+			// say a header: refusing the request would let it through
+			// where Envoy fails open); boundKey keeps its store key short.
 			entries = append(entries, rules.Entry{Key: e.Key, Value: e.Value})
 		}
 		it.hits = hits
@@ -241,6 +252,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			it.blocked = false
 			it.policy = p
 		}
+		it.key = boundKey(it.key)
 	}
 
 	// Which descriptors the store decides, and under which policy: the
@@ -602,6 +614,18 @@ func (s *Service) logOnce(msg string, args ...any) {
 
 // entryKey is the store key for a descriptor no rule matched (a request's
 // own limit).
+// boundKey returns k if it is at most MaxKeyBytes long, and otherwise its
+// first MaxKeyBytes-65 bytes, "#" and the hex SHA-256 of the whole: keys of
+// bounded size in the store, whatever the values clients send, and still
+// one key per distinct value.
+func boundKey(k string) string {
+	if len(k) <= MaxKeyBytes {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return k[:MaxKeyBytes-65] + "#" + hex.EncodeToString(sum[:])
+}
+
 func entryKey(es []rules.Entry) string {
 	var b strings.Builder
 	for i, e := range es {

@@ -297,11 +297,10 @@ func TestServeBadRequests(t *testing.T) {
 		huge[i] = desc("user", "x")
 	}
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
-		"empty domain":     {Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
-		"no descriptors":   {Domain: "api"},
-		"empty descriptor": {Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{{}}},
-		"huge list":        {Domain: "api", Descriptors: huge},
-		"huge hits":        {Domain: "api", HitsAddend: 4_000_000_000, Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
+		"empty domain":   {Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
+		"no descriptors": {Domain: "api"},
+		"huge list":      {Domain: "api", Descriptors: huge},
+		"huge hits":      {Domain: "api", HitsAddend: 4_000_000_000, Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
 	} {
 		_, err := s.client.ShouldRateLimit(ctx, req)
 		if status.Code(err) != codes.InvalidArgument {
@@ -311,6 +310,16 @@ func TestServeBadRequests(t *testing.T) {
 	// Still alive, still right.
 	if r := s.ask(t, "api", desc("user", "dave")); r.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after bad requests: %v", r)
+	}
+	// What a client's request controls is not an error (Envoy would fail
+	// open on one): an empty descriptor (a missing header with
+	// skip_if_absent) matches nothing; a 64 KiB value is limited.
+	if r := s.ask(t, "api", &rlcommon.RateLimitDescriptor{}, desc("user", "dave")); r.OverallCode != rlsv3.RateLimitResponse_OK ||
+		len(r.Statuses) != 2 || r.Statuses[0].CurrentLimit != nil || r.Statuses[1].LimitRemaining != 48 {
+		t.Fatalf("an empty descriptor beside dave's: %v", r)
+	}
+	if r := s.ask(t, "api", desc("user", strings.Repeat("x", 64<<10))); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 49 {
+		t.Fatalf("a 64 KiB value: %v", r)
 	}
 	// HTTP: /json answers 200 or 429 with the same JSON; junk gets 400.
 	post := func(body string) int {

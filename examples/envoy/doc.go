@@ -9,10 +9,8 @@
 // rules/ as `floodgate validate` does, and run the descriptors envoy.yaml's
 // actions build through Floodgate's service with those rules.
 //
-// It is a module of its own, as bench is: Envoy's bootstrap, route and
-// listener types import github.com/cncf/xds/go/xds/type/v3, which needs
-// cel.dev/expr and google.golang.org/genproto/googleapis/api, modules the
-// floodgate module does not otherwise list. Run its tests from here:
-//
-//	cd examples/envoy && go test -race ./...
+// Envoy's bootstrap, route and listener types bring two modules the
+// engine itself does not use (cel.dev/expr and
+// google.golang.org/genproto/googleapis/api), listed in go.mod as indirect:
+// the README's go test -race ./... runs these tests with the others.
 package envoy
