@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -37,8 +38,17 @@ const maxBody = 1 << 20
 // benchmarks, each waiting on Redis there): grpc-go starts a goroutine for
 // a request that finds every worker busy, and with 4 workers per core most
 // requests did.
+//
+// Keepalive pings are accepted every second, with or without calls in
+// flight: grpc-go's default (one in five minutes) answers a client that
+// pings more often with GOAWAY too_many_pings, and Envoy's
+// connection_keepalive and grpc-go clients with keepalive set ping every
+// few seconds to tens of seconds on idle connections, as they should.
 func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0))))}
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	}
 }
 
 // RegisterGRPC registers the rate-limit service, the gRPC health service
