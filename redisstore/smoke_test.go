@@ -47,3 +47,46 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 }
+
+// A cost far beyond every rule (the service passes a client's hits_addend
+// up to 2^52) is refused as too large and consumes nothing, and a refund as
+// large empties the state, in Redis's Lua as in Go: exact, no overflow.
+func TestHugeCost(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const huge = 1 << 52
+	for _, r := range []floodgate.Rule{
+		{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute},
+		{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute, Refill: floodgate.RefillInterval},
+		{Algorithm: floodgate.LeakyBucketShaper, Limit: 3, Period: time.Minute},
+		{Algorithm: floodgate.FixedWindow, Limit: 3, Period: 365 * 24 * time.Hour},
+		{Algorithm: floodgate.SlidingLog, Limit: 3, Period: time.Minute},
+		{Algorithm: floodgate.SlidingWindow, Limit: 3, Period: time.Minute},
+		{Algorithm: floodgate.SlidingSubwindow, Limit: 3, Period: time.Minute, Granularity: time.Second},
+		{Algorithm: floodgate.GCRA, Limit: 1, Period: 365 * 24 * time.Hour},
+	} {
+		p := floodgate.MustPolicy("huge-"+string(r.Algorithm)+string(r.Refill), r)
+		mem := make([]int64, p.Width())
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		for i, step := range []struct {
+			kind floodgate.OpKind
+			cost int64
+		}{{floodgate.OpAllow, 1}, {floodgate.OpAllow, huge}, {floodgate.OpAllow, 1}, {floodgate.OpRefund, huge}, {floodgate.OpAllow, 1}} {
+			now += 1_000
+			op := floodgate.Op{Policy: p, Key: "k", Kind: step.kind, Cost: step.cost}
+			want := p.Apply(mem, now, op)
+			got, err := s.Do(ctx, now, op)
+			if err != nil || got != want {
+				t.Errorf("%s step %d:\n got %+v %v\nwant %+v", p.Name(), i, got, err, want)
+			}
+			if step.kind == floodgate.OpAllow && step.cost == huge && (want.Allowed || want.Reason != floodgate.ReasonCostTooLarge) {
+				t.Errorf("%s: a cost of 2^52 %+v, want refused as too large", p.Name(), want)
+			}
+		}
+	}
+}

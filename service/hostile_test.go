@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
@@ -93,4 +95,29 @@ func (k *keyLengths) Do(ctx context.Context, now int64, op floodgate.Op) (floodg
 		k.longest.Store(n)
 	}
 	return k.Store.Do(ctx, now, op)
+}
+
+// Hits beyond every limit (Envoy takes a descriptor's hits_addend from a
+// format string, which may read a header) are over the limit and consume
+// nothing, whatever their size; shadow mode still admits.
+func TestHugeHitsAreOverTheLimit(t *testing.T) {
+	e := newEnv(t, service.Options{}, diffRules)
+	for _, req := range []*rlsv3.RateLimitRequest{
+		one("t", math.MaxUint32, d("user", "h")),
+		{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{hitsOf(math.MaxUint64, d("user", "h"))}},
+		{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{hitsOf(1<<62, d("user", "h"))}},
+	} {
+		r := e.ask(t, req)
+		if st := r.Statuses[0]; r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetRequestsPerUnit() != 5 || st.LimitRemaining != 5 {
+			t.Fatalf("%v: %v; want OVER_LIMIT of 5 with 5 left", req, r)
+		}
+	}
+	if r := e.ask(t, one("t", 0, d("user", "h"))); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("after the refused requests: %v; want nothing consumed", r)
+	}
+}
+
+func hitsOf(n uint64, dd *rlcommon.RateLimitDescriptor) *rlcommon.RateLimitDescriptor {
+	dd.HitsAddend = wrapperspb.UInt64(n)
+	return dd
 }

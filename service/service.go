@@ -37,12 +37,12 @@ import (
 
 // Bounds on one request, so hostile input costs little.
 const (
-	MaxDescriptors = 64        // descriptors in one request
-	MaxEntries     = 32        // entries in one descriptor
-	MaxEntryBytes  = 1024      // bytes in one entry's key (a value may be longer: see MaxKeyBytes)
-	MaxKeyBytes    = 1024      // bytes of a descriptor's store key (after its domain): a longer one is kept as its start and a digest
-	MaxHits        = 1_000_000 // hits_addend
-	maxPolicies    = 16 << 10  // policies built for overrides and request limits, cached
+	MaxDescriptors = 64       // descriptors in one request
+	MaxEntries     = 32       // entries in one descriptor
+	MaxEntryBytes  = 1024     // bytes in one entry's key (a value may be longer: see MaxKeyBytes)
+	MaxKeyBytes    = 1024     // bytes of a descriptor's store key (after its domain): a longer one is kept as its start and a digest
+	MaxHits        = 1 << 52  // hits_addend counted: a larger one counts as this, more than any rule holds (refused, nothing consumed)
+	maxPolicies    = 16 << 10 // policies built for overrides and request limits, cached
 )
 
 // Options configure a Service.
@@ -166,9 +166,6 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	if hits == 0 {
 		hits = 1
 	}
-	if hits > MaxHits {
-		return nil, badRequest("hits_addend %d exceeds %d", hits, MaxHits)
-	}
 	cfg := s.rules.Load()
 	// Most requests carry a descriptor or two: keep them off the heap.
 	var itemBuf [4]item
@@ -209,10 +206,12 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 		it.hits = hits
 		if d.HitsAddend != nil {
-			if d.HitsAddend.Value > MaxHits {
-				return nil, badRequest("descriptors[%d].hits_addend %d exceeds %d", i, d.HitsAddend.Value, MaxHits)
-			}
-			it.hits = int64(d.HitsAddend.Value) // 0 checks without consuming
+			// 0 checks without consuming. Hits can come from what a client
+			// sends (Envoy's hits_addend format strings): too many is an
+			// answer (over the limit), not an error, which Envoy would let
+			// through when it fails open. A rule's numbers stay under 2^51,
+			// so MaxHits is more than any holds, and exact in Redis's Lua.
+			it.hits = int64(min(d.HitsAddend.Value, MaxHits))
 		}
 		it.refund = d.IsNegativeHits
 		if cfg != nil {

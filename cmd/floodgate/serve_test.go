@@ -300,7 +300,6 @@ func TestServeBadRequests(t *testing.T) {
 		"empty domain":   {Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
 		"no descriptors": {Domain: "api"},
 		"huge list":      {Domain: "api", Descriptors: huge},
-		"huge hits":      {Domain: "api", HitsAddend: 4_000_000_000, Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "a")}},
 	} {
 		_, err := s.client.ShouldRateLimit(ctx, req)
 		if status.Code(err) != codes.InvalidArgument {
@@ -320,6 +319,15 @@ func TestServeBadRequests(t *testing.T) {
 	}
 	if r := s.ask(t, "api", desc("user", strings.Repeat("x", 64<<10))); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 49 {
 		t.Fatalf("a 64 KiB value: %v", r)
+	}
+	// huge hits (Envoy's hits_addend can come from a header) are over the
+	// limit, and consume nothing
+	resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 4_000_000_000, Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "huge")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 50 {
+		t.Fatalf("hits_addend 4,000,000,000: %v, %v; want OVER_LIMIT", resp, err)
+	}
+	if r := s.ask(t, "api", desc("user", "huge")); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 49 {
+		t.Fatalf("after a refused huge request: %v; want nothing consumed", r)
 	}
 	// HTTP: /json answers 200 or 429 with the same JSON; junk gets 400.
 	post := func(body string) int {

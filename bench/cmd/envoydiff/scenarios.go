@@ -124,6 +124,7 @@ const (
 	whyOwnLimit = "a descriptor's own limit needs --allow-request-limits here (docs/SERVICE.md, Differences)"
 	whyQuota    = "quota_mode keeps duration_until_reset on a descriptor admitted over its quota; the peer drops it (docs/SERVICE.md, Differences)"
 	whyMidStar  = "a * inside a value is a wildcard here, only a trailing * there (docs/RULES.md, Differences)"
+	whyHugeHits = "a descriptor hits_addend beyond Redis's integers fails the call there; here it is over the limit (docs/SERVICE.md, Differences)"
 )
 
 const (
@@ -317,12 +318,12 @@ func groups() []group {
 				sc("33 entries", known(whyBounds, once(rq(td, desc(strings.Split(strings.Repeat("k,v,", 33), ",")[:66]...))))),
 				sc("a 2 KiB value", once(rq(td, desc("key2", strings.Repeat("v", 2048))))),
 				sc("a 2 KiB key", known(whyBounds, once(rq(td, desc(strings.Repeat("k", 2048), "v"))))),
-				sc("request hits_addend 1,000,001", known(whyBounds, once(withHits(1_000_001, rq(td, desc("key2", "edge-f")))))),
-				sc("request hits_addend max uint32", known(whyBounds, once(withHits(math.MaxUint32, rq(td, desc("key2", "edge-g")))))),
-				sc("request hits_addend max uint32 on no limit", known(whyBounds, once(withHits(math.MaxUint32, rq(td, desc("nope", "x")))))),
-				sc("descriptor hits_addend max int64", known(whyBounds, once(rq(td, hits(math.MaxInt64, desc("key2", "edge-h")))))),
-				sc("descriptor hits_addend max uint64", once(rq(td, hits(math.MaxUint64, desc("key2", "edge-i"))))),
-				sc("descriptor hits_addend max uint64 on no limit", known(whyBounds, once(rq(td, hits(math.MaxUint64, desc("nope", "x")))))),
+				sc("request hits_addend 1,000,001", known(whyConsume, once(withHits(1_000_001, rq(td, desc("key2", "edge-f")))))),
+				sc("request hits_addend max uint32", known(whyConsume, once(withHits(math.MaxUint32, rq(td, desc("key2", "edge-g")))))),
+				sc("request hits_addend max uint32 on no limit", once(withHits(math.MaxUint32, rq(td, desc("nope", "x"))))),
+				sc("descriptor hits_addend max int64", known(whyConsume, once(rq(td, hits(math.MaxInt64, desc("key2", "edge-h")))))),
+				sc("descriptor hits_addend max uint64", known(whyHugeHits, once(rq(td, hits(math.MaxUint64, desc("key2", "edge-i")))))),
+				sc("descriptor hits_addend max uint64 on no limit", once(rq(td, hits(math.MaxUint64, desc("nope", "x"))))),
 				sc("is_negative_hits",
 					once(withHits(10, rq(td, desc("key2", "edge-j")))),
 					known(whyNegative, once(withHits(4, rq(td, negative(desc("key2", "edge-j")))))),
