@@ -509,7 +509,7 @@ var errNoTime = errors.New("redisstore: the caller's deadline leaves no time for
 // its own timer (no timer per call; see callContext). When the caller has
 // a deadline (Envoy gives its rate limit calls 20ms) that comes before
 // Options.Timeout, Redis gets until a fifth of the time left before it
-// (from 1 to 50 ms, rounded down to the millisecond: 4 ms of Envoy's 20),
+// (at least 1 ms, rounded down to the millisecond: 4 ms of Envoy's 20),
 // so that on a slow or silent Redis the failure mode still answers, as a
 // timeout, before the caller's deadline; otherwise it gets
 // Options.Timeout. A caller cancelled
@@ -522,7 +522,7 @@ func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	}
 	d, ok := ctx.Deadline()
 	now := time.Now()
-	end := d.Add(-min(max(d.Sub(now)/5, time.Millisecond), 50*time.Millisecond))
+	end := d.Add(-max(d.Sub(now)/5, time.Millisecond))
 	if !ok || end.Sub(now) > s.opts.Timeout {
 		c, _ := s.callContext(context.Background()) // shared: cancel is a no-op
 		return c, true

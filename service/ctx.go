@@ -10,8 +10,10 @@ import (
 // a lookup answered from memory (an overrides cache hit) never asks for
 // Done, Err or Deadline, and then no clock is read, no timer made and
 // nothing linked to the parent. The first of them makes the real context,
-// whose deadline is timeout from then (or the parent's, if earlier); stop
-// cancels it.
+// whose deadline is timeout from then, or half-way to the parent's
+// deadline if that comes first: a lookup (of an override, on a slow or
+// silent Redis) leaves the decision after it half the caller's time, so
+// that a failure mode can still answer in time; stop cancels it.
 type lazyTimeout struct {
 	parent  context.Context
 	timeout time.Duration
@@ -27,7 +29,13 @@ func withLazyTimeout(ctx context.Context, timeout time.Duration) *lazyTimeout {
 }
 
 func (c *lazyTimeout) start() {
-	c.once.Do(func() { c.ctx, c.cancel = context.WithTimeout(c.parent, c.timeout) })
+	c.once.Do(func() {
+		t := c.timeout
+		if d, ok := c.parent.Deadline(); ok {
+			t = min(t, time.Until(d)/2)
+		}
+		c.ctx, c.cancel = context.WithTimeout(c.parent, t)
+	})
 }
 
 // stop releases the context's resources, if it made any; afterwards it is

@@ -603,20 +603,37 @@ descriptors:
 `)
 	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
 	s.ask(t, "api", desc("open", "warm")) // connected, library loaded
+	// an override in the domain: the first call's key is looked up too
+	req, _ := http.NewRequest("POST", "http://"+s.admin+"/v1/keys/inspect", strings.NewReader(`{"domain":"api","entries":[{"key":"open","value":"other"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct{ Key string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Key == "" {
+		t.Fatalf("inspect: %v %+v", err, out)
+	}
+	resp.Body.Close()
+	req, _ = http.NewRequest("PUT", "http://"+s.admin+"/v1/overrides/api/"+out.Key, strings.NewReader(`{"limit":2,"period":"1h"}`))
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("put override: %v %v", resp, err)
+	}
+	resp.Body.Close()
 	srv.Pause()
 	defer srv.Resume()
 	for _, tc := range []struct {
 		key  string
 		want rlsv3.RateLimitResponse_Code
 	}{{"open", rlsv3.RateLimitResponse_OK}, {"closed", rlsv3.RateLimitResponse_OVER_LIMIT}} {
-		// 300ms: the store gives up 50ms before it, room enough on a
-		// loaded machine (with Envoy's 20ms it is 4ms)
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		// 2s: the override lookup gives up half-way, and the store a
+		// fifth of the rest (200ms) before the deadline, room enough on a
+		// loaded machine (of Envoy's 20ms: 10ms, and 2ms before)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		start := time.Now()
-		resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc(tc.key, "x")}})
+		rr, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc(tc.key, "x")}})
 		cancel()
-		if err != nil || resp.OverallCode != tc.want {
-			t.Fatalf("%s, Redis silent: %v, %v after %v; want %v by the failure mode within the deadline", tc.key, resp.GetOverallCode(), err, time.Since(start), tc.want)
+		if err != nil || rr.GetOverallCode() != tc.want {
+			t.Fatalf("%s, Redis silent: %v, %v after %v; want %v by the failure mode within the deadline\n%s", tc.key, rr.GetOverallCode(), err, time.Since(start), tc.want, s.logs())
 		}
 	}
 }
