@@ -512,10 +512,10 @@ var errNoTime = errors.New("redisstore: the caller's deadline leaves no time for
 // (at least 1 ms, rounded down to the millisecond: 4 ms of Envoy's 20),
 // so that on a slow or silent Redis the failure mode still answers, as a
 // timeout, before the caller's deadline; otherwise it gets
-// Options.Timeout. A caller cancelled
-// meanwhile still waits, at most until that deadline. False when less than
-// a millisecond is left to ask Redis in: the caller is answered by the
-// failure mode at once, and Redis is not blamed.
+// Options.Timeout. A caller cancelled meanwhile still waits, at most until
+// that deadline. False when less than a millisecond is left to ask Redis
+// in: the caller is answered by the failure mode at once, and Redis is not
+// blamed.
 func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	if ctx.Err() != nil {
 		return ctx, false
