@@ -39,6 +39,10 @@ const maxBody = 1 << 20
 // a request that finds every worker busy, and with 4 workers per core most
 // requests did.
 //
+// Requests are decoded by lenientCodec: a string that is not valid UTF-8
+// (a client's header, copied by Envoy) is escaped instead of failing the
+// call.
+//
 // Keepalive pings are accepted every second, with or without calls in
 // flight: grpc-go's default (one in five minutes) answers a client that
 // pings more often with GOAWAY too_many_pings, and Envoy's
@@ -48,6 +52,7 @@ func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.ForceServerCodecV2(newLenientCodec()),
 	}
 }
 
