@@ -52,12 +52,7 @@ func TestSmoke(t *testing.T) {
 // up to 2^52) is refused as too large and consumes nothing, and a refund as
 // large empties the state, in Redis's Lua as in Go: exact, no overflow.
 func TestHugeCost(t *testing.T) {
-	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, redistest.Standalone(t), redisstore.Options{ClientTime: true, Timeout: time.Second})
 	ctx := context.Background()
 	const huge = 1 << 52
 	for _, r := range []floodgate.Rule{
