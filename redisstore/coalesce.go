@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -172,14 +173,12 @@ func (c *coalescer) submit(ctx, sctx context.Context, w *waiter) error {
 		// sctx is never cancelled, so the batch goes on if this caller
 		// leaves; it ends at the sender's store deadline at most (each of
 		// the others leaves at its own, if earlier)
-		bctx, cancel := c.s.callContext(sctx)
-		sc, err := c.getConn(bctx)
+		sc, err := c.getConn(sctx)
 		if err != nil {
 			c.fail(batch, err)
 		} else {
-			c.send(bctx, batch, sc)
+			c.send(sctx, batch, sc)
 		}
-		cancel()
 		<-w.done // set by send or fail, as for every waiter
 		c.release(sc)
 		return nil
@@ -237,18 +236,16 @@ func (c *coalescer) release(sc *slotConn) {
 
 func (c *coalescer) drain(batch []*waiter, sc *slotConn) {
 	for ; batch != nil; batch = c.next(sc) {
-		ctx, cancel := c.s.callContext(context.Background())
+		ctx := c.s.timeoutContext(time.Now())
 		if sc == nil || sc.broken {
 			c.putConn(sc)
 			var err error
 			if sc, err = c.getConn(ctx); err != nil {
 				c.fail(batch, err)
-				cancel()
 				continue
 			}
 		}
 		c.send(ctx, batch, sc)
-		cancel()
 	}
 }
 

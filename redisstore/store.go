@@ -393,9 +393,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		} // else it left the queue at sctx's end: w belongs to the batch
 	} else {
 		pa, args := s.scriptArgs(now, &op)
-		cctx, cancel := s.callContext(sctx)
-		d, err = s.decideReply(pa, s.call(cctx, key, args))
-		cancel()
+		d, err = s.decideReply(pa, s.call(sctx, key, args))
 	}
 	if err == nil {
 		s.brk.success()
@@ -466,7 +464,6 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 			putWaiter(w)
 		}
 	} else {
-		cctx, cancel := s.callContext(sctx)
 		pas := make([]*policyArgs, len(ops))
 		execs := make([]rueidis.LuaExec, len(ops))
 		for i := range ops {
@@ -474,10 +471,9 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 			pas[i], args = s.scriptArgs(now, &ops[i])
 			execs[i] = rueidis.LuaExec{Keys: []string{s.Key(ops[i].Policy.Name(), ops[i].Key)}, Args: args}
 		}
-		for i, r := range s.execMulti(cctx, execs) {
+		for i, r := range s.execMulti(sctx, execs) {
 			out[i], errs[i] = s.decideReply(pas[i], r)
 		}
-		cancel()
 	}
 	var firstErr error
 	for i, err := range errs {
@@ -506,7 +502,7 @@ var errNoTime = errors.New("redisstore: the caller's deadline leaves no time for
 
 // storeContext returns the context Redis is asked under: a deadline shared
 // by the calls that end in the same millisecond, never cancelled but by
-// its own timer (no timer per call; see callContext). When the caller has
+// its own timer (no timer per call; see timeoutContext). When the caller has
 // a deadline (Envoy gives its rate limit calls 20ms) that comes before
 // Options.Timeout, Redis gets until a fifth of the time left before it
 // (at least 1 ms, rounded down to the millisecond: 4 ms of Envoy's 20),
@@ -524,8 +520,7 @@ func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	now := time.Now()
 	end := d.Add(-max(d.Sub(now)/5, time.Millisecond))
 	if !ok || end.Sub(now) > s.opts.Timeout {
-		c, _ := s.callContext(context.Background()) // shared: cancel is a no-op
-		return c, true
+		return s.timeoutContext(now), true
 	}
 	ms := end.UnixMilli()
 	if time.UnixMilli(ms).Sub(now) < time.Millisecond {
@@ -539,30 +534,22 @@ func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	return ectx, true
 }
 
-// callContext bounds a call by Options.Timeout: ctx itself when its own
-// deadline comes first (Envoy gives its rate limit calls 20ms, say);
-// otherwise a deadline shared by the calls that start within the same
-// millisecond, Timeout to Timeout+1ms after they start. A timer per call
-// (context.WithTimeout) had been 6% of the service's CPU on Redis. A
-// caller that is cancelled meanwhile therefore still waits for its answer,
-// at most Timeout; nothing else of ctx (its values) is used by the client.
-func (s *Store) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	now := time.Now()
-	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= s.opts.Timeout || ctx.Err() != nil {
-		return ctx, noCancel // the caller's deadline comes first, or it has gone
-	}
+// timeoutContext is the context of a call started at now that only
+// Options.Timeout bounds: a deadline shared by the calls that start within
+// the same millisecond, Timeout to Timeout+1ms after they start, released
+// by its own timer. A timer per call (context.WithTimeout) had been 6% of
+// the service's CPU on Redis.
+func (s *Store) timeoutContext(now time.Time) context.Context {
 	ms := now.UnixMilli()
 	if sd := s.deadline.Load(); sd != nil && sd.ms == ms {
-		return sd.ctx, noCancel
+		return sd.ctx
 	}
 	// Calls of this millisecond may still use the previous context: it is
 	// released by its own timer at its deadline.
 	dctx, cancel := context.WithDeadline(context.Background(), time.UnixMilli(ms+1).Add(s.opts.Timeout))
 	s.deadline.Store(&sharedDeadline{ms: ms, ctx: dctx, cancel: cancel})
-	return dctx, noCancel
+	return dctx
 }
-
-func noCancel() {}
 
 // call makes one decision's call: FCALL of the function library, loading
 // it first if this store has not yet (or Redis lost it: a restart without

@@ -6,16 +6,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/memstore"
-	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
 
@@ -48,16 +45,8 @@ func TestEmptyDescriptorMatchesNothing(t *testing.T) {
 // A value longer than the store's keys may be is limited like any other:
 // one limit per distinct value, under a key of bounded length.
 func TestLongValueIsLimited(t *testing.T) {
-	dom, err := rules.Parse("t.yaml", []byte(diffRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(dom)
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := &keyLengths{Store: memstore.MustNew(memstore.Options{SweepInterval: -1})}
-	e := &env{svc: service.New(cfg, service.Options{Store: st, Clock: clock.NewManual(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))})}
+	e := newEnv(t, service.Options{Store: st}, diffRules)
 	long := strings.Repeat("v", 100<<10)
 	other := long[:len(long)-1] + "w" // differs in its last byte only
 	for i := 1; i <= 6; i++ {
@@ -78,7 +67,7 @@ func TestLongValueIsLimited(t *testing.T) {
 		t.Fatalf("the longest store key was %d bytes; want at most %d", n, service.MaxKeyBytes+2)
 	}
 	// keys are still bounded: an entry's key is the caller's configuration
-	_, err = e.svc.ShouldRateLimit(t.Context(), one("t", 0, d(strings.Repeat("k", service.MaxEntryBytes+1), "v")))
+	_, err := e.svc.ShouldRateLimit(t.Context(), one("t", 0, d(strings.Repeat("k", service.MaxEntryBytes+1), "v")))
 	if err == nil || !strings.Contains(err.Error(), "key is longer than") {
 		t.Fatalf("a key over %d bytes: %v", service.MaxEntryBytes, err)
 	}

@@ -611,8 +611,6 @@ func (s *Service) logOnce(msg string, args ...any) {
 	}
 }
 
-// entryKey is the store key for a descriptor no rule matched (a request's
-// own limit).
 // boundKey returns k if it is at most MaxKeyBytes long, and otherwise its
 // first MaxKeyBytes-65 bytes, "#" and the hex SHA-256 of the whole: keys of
 // bounded size in the store, whatever the values clients send, and still
@@ -625,6 +623,8 @@ func boundKey(k string) string {
 	return k[:MaxKeyBytes-65] + "#" + hex.EncodeToString(sum[:])
 }
 
+// entryKey is the store key for a descriptor no rule matched (a request's
+// own limit).
 func entryKey(es []rules.Entry) string {
 	var b strings.Builder
 	for i, e := range es {

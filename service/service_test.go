@@ -68,6 +68,8 @@ type env struct {
 	ovr overrides.Store
 }
 
+// newEnv serves files' rules on a manual clock, with opts, on opts.Store
+// or else a fresh memory store.
 func newEnv(t *testing.T, opts service.Options, files ...string) *env {
 	t.Helper()
 	var ds []*rules.Domain
@@ -83,9 +85,12 @@ func newEnv(t *testing.T, opts service.Options, files ...string) *env {
 		t.Fatal(err)
 	}
 	clk := clock.NewManual(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
-	st := memstore.MustNew(memstore.Options{SweepInterval: -1})
-	t.Cleanup(func() { st.Close() })
-	opts.Store, opts.Clock = st, clk
+	if opts.Store == nil {
+		st := memstore.MustNew(memstore.Options{SweepInterval: -1})
+		t.Cleanup(func() { st.Close() })
+		opts.Store = st
+	}
+	opts.Clock = clk
 	return &env{svc: service.New(cfg, opts), clk: clk, ovr: opts.Overrides}
 }
 
