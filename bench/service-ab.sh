@@ -3,7 +3,8 @@
 # each round runs the empty ShouldRateLimit handler (the gRPC stack's
 # ceiling, for the ratios) and then each build on a fresh redis-server
 # state, and prints requests/s, the server's CPU per decision, p50/p99,
-# and Redis's own CPU per decision (from /proc, over the whole run).
+# Redis's own CPU per decision (from /proc, over the whole run), and the
+# decisions per Redis call (from INFO commandstats, warm-up included).
 #
 #   ./service-ab.sh OLD_BINARY NEW_BINARY            # 3 rounds, closed loop, 64 callers
 #   ROUNDS=5 DURATION=6s ./service-ab.sh A B C
@@ -41,7 +42,7 @@ measure() {
 }
 redis_ticks() { awk '{print $14+$15}' "/proc/$redis_pid/stat"; }
 
-printf '%-6s %-40s %9s %10s %8s %9s %9s %9s %9s\n' round server "req/s" "vs empty" "cpu µs" "vs empty" "p50 µs" "p99 µs" "redis µs"
+printf '%-6s %-40s %9s %10s %8s %9s %9s %9s %9s %9s\n' round server "req/s" "vs empty" "cpu µs" "vs empty" "p50 µs" "p99 µs" "redis µs" "per call"
 for r in $(seq "$ROUNDS"); do
 	ep=$(freeport)
 	"$gen" bench --serve-empty "127.0.0.1:$ep" >/dev/null 2>&1 & pids+=($!); empty_pid=$!
@@ -51,6 +52,7 @@ for r in $(seq "$ROUNDS"); do
 	printf '%-6s %-40s %9s %10s %8s %9s %9s %9s\n' "$r" empty "$erps" 100% "$ecpu" 1.00× "$ep50" "$ep99"
 	for b in "${bins[@]}"; do
 		redis-cli -p "$rp" flushall >/dev/null
+		redis-cli -p "$rp" config resetstat >/dev/null
 		sp=$(freeport)
 		"$b" serve --rules "$work/rules" --data "$work/data" --store "redis://127.0.0.1:$rp" --grpc-addr "127.0.0.1:$sp" \
 			--http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-level warn & pids+=($!); serve_pid=$!
@@ -58,10 +60,11 @@ for r in $(seq "$ROUNDS"); do
 		t0=$(redis_ticks)
 		read -r rps cpu p50 p99 < <(measure "127.0.0.1:$sp" "$serve_pid")
 		t1=$(redis_ticks)
+		calls=$(redis-cli -p "$rp" info commandstats | awk -F'[=,:]' '/^cmdstat_(fcall|evalsha)[:]/ {n += $3} END {print n+0}')
 		kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 		python3 -c "
 rps, cpu, erps, ecpu = $rps, $cpu, $erps, $ecpu
 rc = ($t1 - $t0) / $ticks * 1e6 / (rps * $span)
-print('%-6s %-40s %9.0f %9.0f%% %8.1f %8.2f× %9s %9s %9.1f' % ('$r', '$b'[-40:], rps, 100 * rps / erps, cpu, cpu / ecpu, '$p50', '$p99', rc))"
+print('%-6s %-40s %9.0f %9.0f%% %8.1f %8.2f× %9s %9s %9.1f %9.2f' % ('$r', '$b'[-40:], rps, 100 * rps / erps, cpu, cpu / ecpu, '$p50', '$p99', rc, rps * $span / max($calls, 1)))"
 	done
 done
