@@ -9,12 +9,10 @@ import (
 	"strings"
 )
 
-// LoadDir loads every *.yaml and *.yml file in dir (not its
-// subdirectories, nor names starting with '.', such as the "..data" links
-// of a Kubernetes ConfigMap volume), one domain per file, in name order.
-// A file with any error is refused whole and its errors reported; the
-// other files load. A file whose domain an earlier file (by name) already
-// defines is refused too. The Config is never nil.
+// LoadDir loads the rules files of dir (see Files), one domain per file,
+// in name order. A file with any error is refused whole and its errors
+// reported; the other files load. A file whose domain an earlier file (by
+// name) already defines is refused too. The Config is never nil.
 func LoadDir(dir string) (*Config, []error) {
 	return LoadDirWith(dir, Options{})
 }
@@ -22,31 +20,18 @@ func LoadDir(dir string) (*Config, []error) {
 // LoadDirWith is LoadDir with options.
 func LoadDirWith(dir string, opts Options) (*Config, []error) {
 	var errs []error
-	ents, err := os.ReadDir(dir)
+	paths, err := Files(dir)
 	if err != nil {
 		c, _ := NewConfig()
 		return c, []error{fmt.Errorf("rules: %w", err)}
 	}
-	var names []string
-	for _, e := range ents {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-			continue
-		}
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var domains []*Domain
 	byName := map[string]*Domain{}
-	for _, n := range names {
-		path := filepath.Join(dir, n)
-		data, err := readFile(path)
+	for _, path := range paths {
+		data, err := ReadFile(path)
 		if err != nil {
 			errs = append(errs, err)
 			continue
-		}
-		if data == nil {
-			continue // a directory named *.yaml
 		}
 		d, err := ParseWith(path, data, opts)
 		if err != nil {
@@ -54,7 +39,7 @@ func LoadDirWith(dir string, opts Options) (*Config, []error) {
 			continue
 		}
 		if prev := byName[d.Name]; prev != nil {
-			errs = append(errs, &Error{File: path, Field: "domain", Msg: fmt.Sprintf("domain %q is already defined in %s; a domain lives in one file", d.Name, prev.File)})
+			errs = append(errs, DuplicateDomain(path, d.Name, prev.File))
 			continue
 		}
 		byName[d.Name] = d
@@ -68,23 +53,69 @@ func LoadDirWith(dir string, opts Options) (*Config, []error) {
 	return c, errs
 }
 
-// readFile reads a rules file of at most MaxFileSize bytes; nil data (and
-// no error) for a directory.
-func readFile(path string) ([]byte, error) {
+// DuplicateDomain is the error of a file refused because the file other
+// already defines its domain.
+func DuplicateDomain(file, domain, other string) error {
+	return &Error{File: file, Field: "domain", Msg: fmt.Sprintf("domain %q is already defined in %s; a domain lives in one file", domain, other)}
+}
+
+// IsRulesFile reports whether a directory entry named name is read as a
+// rules file: *.yaml or *.yml, and not a hidden name (starting with '.',
+// such as an editor's backup or the "..data" links of a Kubernetes
+// ConfigMap volume).
+func IsRulesFile(name string) bool {
+	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
+}
+
+// Files returns the paths of dir's rules files (IsRulesFile), sorted by
+// name: not its subdirectories (nor links to directories), and not the
+// files of its subdirectories. Links are followed; a link that leads
+// nowhere is listed, so that reading it reports the problem.
+func Files(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, e := range ents {
+		if !IsRulesFile(e.Name()) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if info, err := os.Stat(p); err == nil && info.IsDir() {
+			continue
+		}
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths, nil
+}
+
+// ReadFile reads one rules file: a regular file (links followed) of at
+// most MaxFileSize bytes. Anything else — a FIFO, a device such as
+// /dev/zero, a directory, a larger file — is refused before it is read,
+// so a stray entry in a rules directory can neither block a reload nor
+// fill the memory.
+func ReadFile(path string) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	if err := checkFileInfo(info); err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &Error{File: path, Msg: err.Error()}
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
+	// The file may have changed between Stat and Open: check what was
+	// opened too.
+	if info, err = f.Stat(); err != nil {
 		return nil, &Error{File: path, Msg: err.Error()}
 	}
-	if info.IsDir() {
-		return nil, nil
-	}
-	if info.Size() > MaxFileSize {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("file is %d bytes; at most %d", info.Size(), MaxFileSize)}
+	if err := checkFileInfo(info); err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
@@ -97,4 +128,31 @@ func readFile(path string) ([]byte, error) {
 		data = []byte{}
 	}
 	return data, nil
+}
+
+// checkFileInfo refuses what ReadFile does not read.
+func checkFileInfo(info os.FileInfo) error {
+	switch m := info.Mode(); {
+	case m.IsDir():
+		return fmt.Errorf("is a directory")
+	case !m.IsRegular():
+		return fmt.Errorf("not a regular file (%s); a rules file is a regular file", fileKind(m))
+	case info.Size() > MaxFileSize:
+		return fmt.Errorf("file is %d bytes; at most %d", info.Size(), MaxFileSize)
+	}
+	return nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }

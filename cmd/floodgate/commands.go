@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -50,6 +49,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	opts := rules.Options{CalendarMonth: *calendarMonth}
 	var files []string
+	named := map[string]bool{} // files named on the command line
 	for _, a := range args {
 		info, err := os.Stat(a)
 		if err != nil {
@@ -58,38 +58,41 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		}
 		if !info.IsDir() {
 			files = append(files, a)
+			named[a] = true
 			continue
 		}
-		for _, pat := range []string{"*.yaml", "*.yml"} {
-			m, _ := filepath.Glob(filepath.Join(a, pat))
-			files = append(files, m...)
-		}
-	}
-	sort.Strings(files)
-	bad := 0
-	var domains []*rules.Domain
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err == nil {
-			var d *rules.Domain
-			if d, err = rules.ParseWith(f, data, opts); err == nil {
-				domains = append(domains, d)
-				fmt.Fprintf(stdout, "ok    %s (domain %q)\n", f, d.Name)
-				continue
-			}
-		}
-		bad++
-		fmt.Fprintf(stderr, "FAIL  %s\n%s\n", f, indent(err.Error()))
-	}
-	if bad == 0 {
-		if _, err := rules.NewConfig(domains...); err != nil {
-			fmt.Fprintf(stderr, "FAIL  %v\n", err)
+		m, err := rules.Files(a) // what serve and proxy read
+		if err != nil {
+			fmt.Fprintln(stderr, err)
 			return 1
 		}
+		files = append(files, m...)
 	}
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "no *.yaml or *.yml files found")
 		return 1
+	}
+	bad := 0
+	byDomain := map[string]string{} // the file declaring each domain
+	for _, f := range files {
+		data, err := rules.ReadFile(f)
+		if err == nil {
+			var d *rules.Domain
+			if d, err = rules.ParseWith(f, data, opts); err == nil {
+				if other, dup := byDomain[d.Name]; dup {
+					err = rules.DuplicateDomain(f, d.Name, other)
+				} else {
+					byDomain[d.Name] = f
+					fmt.Fprintf(stdout, "ok    %s (domain %q)\n", f, d.Name)
+					if named[f] && !rules.IsRulesFile(filepath.Base(f)) {
+						fmt.Fprintf(stdout, "      note: a rules directory's files are its *.yaml and *.yml, not hidden; serve would not read this name\n")
+					}
+					continue
+				}
+			}
+		}
+		bad++
+		fmt.Fprintf(stderr, "FAIL  %s\n%s\n", f, indent(err.Error()))
 	}
 	if bad > 0 {
 		fmt.Fprintf(stderr, "%d of %d files refused\n", bad, len(files))

@@ -65,13 +65,21 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.StringVar(&c.logFormat, "log-format", envString("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
 	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT (default: 30 days) [FLOODGATE_CALENDAR_MONTH]")
 	fs.DurationVar(&c.drain, "drain-timeout", envDuration("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
-	fs.DurationVar(&c.reloadEvery, "reload-interval", envDuration("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes (SIGHUP reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
+	fs.DurationVar(&c.reloadEvery, "reload-interval", envDuration("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes; 0: only on SIGHUP (which reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store [FLOODGATE_STORE_TIMEOUT]")
 }
 
 // prepare checks the admin address, makes the data directory and, with no
 // --rules, writes the example rules there.
 func (c *commonConfig) prepare(log *slog.Logger) error {
+	switch {
+	case c.reloadEvery < 0:
+		return fmt.Errorf("--reload-interval %v: want 0 (reload on SIGHUP only) or more", c.reloadEvery)
+	case c.drain < 0:
+		return fmt.Errorf("--drain-timeout %v: want 0 or more", c.drain)
+	case c.storeTimeout <= 0:
+		return fmt.Errorf("--store-timeout %v: want more than 0", c.storeTimeout)
+	}
 	if !isLoopback(c.adminAddr) && c.adminToken == "" {
 		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
 	}
@@ -199,8 +207,12 @@ func (c *commonConfig) serveUntilStopped(ctx context.Context, log *slog.Logger, 
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 		defer signal.Stop(sigs)
 	}
-	tick := time.NewTicker(c.reloadEvery)
-	defer tick.Stop()
+	var poll <-chan time.Time // nil, never ready, with no polling
+	if c.reloadEvery > 0 {
+		tick := time.NewTicker(c.reloadEvery)
+		defer tick.Stop()
+		poll = tick.C
+	}
 	log.Info(serving, "store", redactStore(c.store), "rules", c.rulesDir)
 	for {
 		select {
@@ -216,7 +228,7 @@ func (c *commonConfig) serveUntilStopped(ctx context.Context, log *slog.Logger, 
 			}
 			log.Info("draining", "signal", s.String(), "timeout", c.drain)
 			return
-		case <-tick.C:
+		case <-poll:
 			loader.reload(false)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,7 +238,7 @@ func TestServeDuplicateDomainRefusedAlone(t *testing.T) {
 	}
 	writeRules(t, dir, "c.yaml", domainRules("d1", 3))
 	waitFor(t, "c.yaml refused", func() bool {
-		return strings.Contains(s.logs(), "earlier file declares its domain") && strings.Contains(s.logs(), "c.yaml")
+		return strings.Contains(s.logs(), "is already defined in") && strings.Contains(s.logs(), "c.yaml")
 	})
 	writeRules(t, dir, "b.yaml", domainRules("d2", 19)) // seen by the poll: no SIGHUP
 	waitFor(t, "the new limit", func() bool { return limit("d2") == 19 })
@@ -333,4 +334,85 @@ func TestRuleLoaderFollowsConfigMapSwap(t *testing.T) {
 	swap("..v2")
 	tl.poll(1)
 	tl.wantLimit("d1", 9, "a.yaml")
+}
+
+// A new file declaring a live domain is refused even when it sorts before
+// the file that holds the domain (an editor's copy, say): the live rules
+// stay, and the log names the new file as the one refused.
+func TestRuleLoaderNewFileNeverTakesLiveDomain(t *testing.T) {
+	tl := newTestLoader(t)
+	tl.write("m.yaml", domainRules("d1", 100))
+	tl.load()
+	tl.write("a.yaml", domainRules("d1", 1))
+	tl.poll(1)
+	tl.wantLimit("d1", 100, "m.yaml")
+	tl.wantRefused("a.yaml", 1)
+	if tl.refusals("m.yaml") != 1 { // the one line refusing a.yaml names m.yaml as the holder
+		t.Fatalf("the refusal does not name the holder m.yaml:\n%s", tl.logs.String())
+	}
+	// The holder's edits still apply.
+	tl.write("m.yaml", domainRules("d1", 50))
+	tl.poll(1)
+	tl.wantLimit("d1", 50, "m.yaml")
+	// Once the holder gives the domain up, the other file gets it.
+	tl.write("m.yaml", domainRules("d2", 50))
+	tl.poll(1)
+	tl.wantLimit("d1", 1, "a.yaml")
+	tl.wantLimit("d2", 50, "m.yaml")
+}
+
+// Hidden files (an editor's backup) are not rules files: not loaded, and
+// not a domain's rival.
+func TestRuleLoaderSkipsHiddenFiles(t *testing.T) {
+	tl := newTestLoader(t)
+	tl.write("m.yaml", domainRules("d1", 100))
+	tl.write(".m.yaml", domainRules("d1", 1))
+	tl.write(".other.yaml", "not: [valid")
+	tl.load()
+	tl.wantLimit("d1", 100, "m.yaml")
+	if n := tl.reloads("refused"); n != 0 {
+		t.Fatalf("%v refused reloads, want 0\n%s", n, tl.logs.String())
+	}
+}
+
+// Entries that are no regular file are refused unread: a FIFO would block
+// the read (and with it every reload and signal), /dev/zero would fill the
+// memory, a file over the size limit is not read either. The other files
+// load and reload as usual.
+func TestRuleLoaderRefusesIrregularFilesUnread(t *testing.T) {
+	tl := newTestLoader(t)
+	tl.write("a.yaml", domainRules("d1", 5))
+	tl.load()
+	if err := syscall.Mkfifo(filepath.Join(tl.dir, "fifo.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(tl.dir, "zero.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	big, err := os.Create(filepath.Join(tl.dir, "big.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Truncate(1 << 40); err != nil { // sparse: a terabyte that takes no disk
+		t.Fatal(err)
+	}
+	big.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tl.poll(1)
+		tl.write("a.yaml", domainRules("d1", 6))
+		tl.reload(true)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reload is blocked by the rules directory's FIFO")
+	}
+	tl.wantLimit("d1", 6, "a.yaml")
+	for _, f := range []string{"fifo.yaml", "zero.yaml", "big.yaml"} {
+		if tl.refusals(f) == 0 {
+			t.Errorf("%s was not refused:\n%s", f, tl.logs.String())
+		}
+	}
 }

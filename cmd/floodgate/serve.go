@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -255,9 +254,9 @@ func serverTLS(c *serveConfig) (*tls.Config, error) {
 }
 
 // ruleLoader loads the rules directory and reloads it when its files
-// change. A file that fails validation, or that declares a domain an
-// earlier file (by name) declares, is refused alone: the domain it held
-// keeps its previous rules, and the other files load as usual.
+// change. A file that fails validation, or that declares a domain another
+// file holds (see dedupe), is refused alone: the domain it held keeps its
+// previous rules, and the other files load as usual.
 type ruleLoader struct {
 	dir     string
 	log     *slog.Logger
@@ -273,39 +272,35 @@ type ruleLoader struct {
 	onLoad func(*rules.Config) error
 }
 
-// signature describes the directory's rule files by name and content
-// (a SHA-256 of each), so that every change shows: an edit that keeps a
-// file's size within one tick of the file system's clock, and a
-// Kubernetes ConfigMap update, which swaps the directory a file's symbolic
-// link points through and leaves the link itself as it was. It returns
-// the files' paths sorted by name. Rules files are small; reading them at
-// every poll costs little.
+// signature describes the directory's rule files (rules.Files) by name
+// and content (a SHA-256 of each), so that every change shows: an edit
+// that keeps a file's size within one tick of the file system's clock,
+// and a Kubernetes ConfigMap update, which swaps the directory a file's
+// symbolic link points through and leaves the link itself as it was. A
+// file rules.ReadFile refuses unread (a FIFO, a device, one too large) is
+// described by the refusal, its size and its time. It returns the files'
+// paths sorted by name. Rules files are small; reading them at every poll
+// costs little.
 func (l *ruleLoader) signature() (string, []string, error) {
-	ents, err := os.ReadDir(l.dir)
+	paths, err := rules.Files(l.dir)
 	if err != nil {
 		return "", nil, err
 	}
 	var b strings.Builder
-	var paths []string
-	for _, e := range ents {
-		n := e.Name()
-		if !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-			continue
-		}
-		p := filepath.Join(l.dir, n)
-		info, err := os.Stat(p) // through symbolic links
-		if err != nil || info.IsDir() {
-			continue
-		}
-		paths = append(paths, p)
-		data, err := os.ReadFile(p)
+	for _, p := range paths {
+		n := filepath.Base(p)
+		data, err := rules.ReadFile(p)
 		if err != nil {
-			fmt.Fprintf(&b, "%s|unreadable %v\n", n, err)
+			var size int64
+			var mod time.Time
+			if info, err := os.Stat(p); err == nil {
+				size, mod = info.Size(), info.ModTime()
+			}
+			fmt.Fprintf(&b, "%s|refused %v|%d|%d\n", n, err, size, mod.UnixNano())
 			continue
 		}
 		fmt.Fprintf(&b, "%s|%x\n", n, sha256.Sum256(data))
 	}
-	sort.Strings(paths)
 	return b.String(), paths, nil
 }
 
@@ -329,12 +324,13 @@ func (l *ruleLoader) load() (*rules.Config, error) {
 func (l *ruleLoader) read() (*rules.Config, int, error) {
 	sig, paths, err := l.signature()
 	if err != nil {
+		l.metrics.Reload(false, len(l.files))
 		return nil, 0, fmt.Errorf("--rules %s: %w", l.dir, err)
 	}
 	next := map[string]*rules.Domain{}
 	refused := 0
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := rules.ReadFile(p)
 		if err == nil {
 			var d *rules.Domain
 			if d, err = rules.ParseWith(p, data, l.opts); err == nil {
@@ -343,9 +339,11 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 			}
 		}
 		refused++
-		l.log.Error("rules file refused; its previous rules stay live", "file", p, "err", err)
 		if prev := l.files[p]; prev != nil {
 			next[p] = prev
+			l.log.Error("rules file refused; its previous rules stay live", "file", p, "err", err)
+		} else {
+			l.log.Error("rules file refused", "file", p, "err", err)
 		}
 	}
 	refused += l.dedupe(paths, next)
@@ -369,28 +367,45 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 	return cfg, refused, nil
 }
 
-// dedupe refuses, in name order, each file in next whose domain an earlier
-// file already declares: it falls back to the file's previous version when
-// that declares a domain still free, and is left out otherwise. It returns
-// the number of files refused.
+// dedupe refuses each file in next whose domain another file already
+// declares. A domain stays with the file that held it in the live rules,
+// if that file still declares it; otherwise it goes to the first file by
+// name. A refused file falls back to its previous version when that
+// declares a domain still free, and is left out otherwise. So a new file
+// (say an editor's copy that sorts first) never takes a live domain over.
+// It returns the number of files refused.
 func (l *ruleLoader) dedupe(paths []string, next map[string]*rules.Domain) int {
 	owner := map[string]string{} // by domain: the file declaring it
+	for _, p := range paths {
+		if d, prev := next[p], l.files[p]; d != nil && prev != nil && d.Name == prev.Name {
+			if _, taken := owner[d.Name]; !taken {
+				owner[d.Name] = p
+			}
+		}
+	}
 	refused := 0
 	for _, p := range paths {
 		d := next[p]
 		if d == nil {
 			continue
 		}
-		if first, taken := owner[d.Name]; taken {
-			refused++
-			l.log.Error("rules file refused: an earlier file declares its domain; its previous rules stay live",
-				"file", p, "domain", d.Name, "earlier_file", first)
-			if d = l.files[p]; d == nil || owner[d.Name] != "" {
-				delete(next, p)
-				continue
-			}
-			next[p] = d
+		first, taken := owner[d.Name]
+		if !taken {
+			owner[d.Name] = p
+			continue
 		}
+		if first == p {
+			continue
+		}
+		refused++
+		err, name := rules.DuplicateDomain(p, d.Name, first), d.Name
+		if d = l.files[p]; d == nil || owner[d.Name] != "" {
+			l.log.Error("rules file refused", "file", p, "domain", name, "err", err)
+			delete(next, p)
+			continue
+		}
+		l.log.Error("rules file refused; its previous rules stay live", "file", p, "domain", name, "err", err)
+		next[p] = d
 		owner[d.Name] = p
 	}
 	return refused

@@ -354,10 +354,12 @@ func TestServeBadRequests(t *testing.T) {
 	}
 }
 
+// With --reload-interval 0 the files are not polled: SIGHUP alone
+// reloads them.
 func TestServeReloadAndRefusedFile(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
-	s := startServer(t, "--rules", dir, "--data", t.TempDir())
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--reload-interval", "0")
 	if r := s.ask(t, "api", desc("user", "frank")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 50 {
 		t.Fatalf("before reload: %v", r)
 	}
@@ -634,6 +636,19 @@ descriptors:
 		cancel()
 		if err != nil || rr.GetOverallCode() != tc.want {
 			t.Fatalf("%s, Redis silent: %v, %v after %v; want %v by the failure mode within the deadline\n%s", tc.key, rr.GetOverallCode(), err, time.Since(start), tc.want, s.logs())
+		}
+	}
+}
+
+// A negative duration flag is refused with the flag's name, before
+// anything starts.
+func TestServeRefusesNegativeDurations(t *testing.T) {
+	for _, f := range []string{"--reload-interval", "--drain-timeout", "--store-timeout"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"serve", "--data", t.TempDir(), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+			"--admin-addr", "127.0.0.1:0", f, "-1s"}, &out, &errb)
+		if code == 0 || !strings.Contains(errb.String(), f+" -1s") {
+			t.Errorf("%s -1s: exit %d\n%s", f, code, errb.String())
 		}
 	}
 }

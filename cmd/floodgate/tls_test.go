@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,5 +183,61 @@ func TestValidateCommand(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"validate", "--calendar-month", monthly}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "calendar month") {
 		t.Fatalf("monthly token bucket with --calendar-month: exit %d\n%s", code, errb.String())
+	}
+}
+
+// validate reads a directory as serve does: hidden files and
+// subdirectories are not rules files, a FIFO is refused unread (it would
+// block), a second file for a domain is refused naming the first, and a
+// file named on the command line that serve would not read gets a note.
+func TestValidateReadsAsServe(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "a.yaml", domainRules("d1", 5))
+	writeRules(t, dir, ".backup.yaml", "not: [valid")
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", dir}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+
+	writeRules(t, dir, "b.yaml", domainRules("d1", 7))
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"validate", dir}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "b.yaml: domain: domain \"d1\" is already defined in "+filepath.Join(dir, "a.yaml")) ||
+		!strings.Contains(out.String(), "ok    "+filepath.Join(dir, "a.yaml")) {
+		t.Fatalf("duplicate domain: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	os.Remove(filepath.Join(dir, "b.yaml"))
+
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	done := make(chan int, 1)
+	go func() {
+		var o, e bytes.Buffer
+		code := run([]string{"validate", dir}, &o, &e)
+		errb.WriteString(e.String())
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(errb.String(), "fifo.yaml: not a regular file (a named pipe)") {
+			t.Fatalf("FIFO: exit %d\n%s", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("validate blocked on a FIFO")
+	}
+
+	txt := filepath.Join(t.TempDir(), "rules.txt")
+	if err := os.WriteFile(txt, []byte(domainRules("d1", 5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run([]string{"validate", txt}, &out, &errb); code != 0 || !strings.Contains(out.String(), "serve would not read this name") {
+		t.Fatalf("a .txt file named: exit %d\n%s", code, out.String())
 	}
 }
