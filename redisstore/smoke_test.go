@@ -60,6 +60,8 @@ func TestHugeCost(t *testing.T) {
 		{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute, Refill: floodgate.RefillInterval},
 		{Algorithm: floodgate.LeakyBucketShaper, Limit: 3, Period: time.Minute},
 		{Algorithm: floodgate.FixedWindow, Limit: 3, Period: 365 * 24 * time.Hour},
+		{Algorithm: floodgate.FixedWindow, Limit: 1<<32 - 1, Period: time.Second}, // Envoy's largest requests_per_unit
+		{Algorithm: floodgate.FixedWindow, Limit: 1<<51 - 1, Period: time.Hour},
 		{Algorithm: floodgate.SlidingLog, Limit: 3, Period: time.Minute},
 		{Algorithm: floodgate.SlidingWindow, Limit: 3, Period: time.Minute},
 		{Algorithm: floodgate.SlidingSubwindow, Limit: 3, Period: time.Minute, Granularity: time.Second},

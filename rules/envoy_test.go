@@ -295,3 +295,49 @@ func TestPolicyNames(t *testing.T) {
 		t.Errorf("a new window kept its rule name %q (envoyproxy/ratelimit starts a new counter)", a.Limits()[0].Policy.Rules()[0].Name)
 	}
 }
+
+// Numbers and booleans read as envoyproxy/ratelimit's YAML parser (yaml.v2,
+// YAML 1.1) reads them, so a file means the same in both; a fraction, which
+// yaml.v2 would cut short, and a quoted number or boolean are errors.
+func TestYAML11Scalars(t *testing.T) {
+	load := func(rpu, shadow string) (*Match, error) {
+		src := "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: " + shadow + "\n    rate_limit: {unit: hour, requests_per_unit: " + rpu + "}\n"
+		d, err := Parse("d.yaml", []byte(src))
+		if err != nil {
+			return nil, err
+		}
+		c, err := NewConfig(d)
+		if err != nil {
+			return nil, err
+		}
+		return c.Match("d", es("k", "v")), nil
+	}
+	for in, want := range map[string]uint32{
+		"10": 10, "010": 8, "08": 8, "0o10": 8, "0x10": 16, "0b11": 3, "1_000": 1000, "+5": 5,
+		"5.0": 5, "1e3": 1000, "4294967295": 4294967295, "0": 0,
+	} {
+		m, err := load(in, "false")
+		if err != nil || m == nil || m.Limit.RequestsPerUnit != want {
+			t.Errorf("requests_per_unit: %s: %v, %v; want %d", in, m, err, want)
+		}
+	}
+	for _, in := range []string{"5.5", "'5'", "!!str 5", "1e10", "4294967296", "-1", "ten", ".inf", "0x"} {
+		if _, err := load(in, "false"); err == nil {
+			t.Errorf("requests_per_unit: %s loaded", in)
+		}
+	}
+	for in, want := range map[string]bool{
+		"true": true, "True": true, "TRUE": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true, "y": true, "Y": true,
+		"false": false, "False": false, "no": false, "NO": false, "off": false, "Off": false, "n": false, "N": false,
+	} {
+		m, err := load("5", in)
+		if err != nil || m == nil || m.Limit.ShadowMode != want {
+			t.Errorf("shadow_mode: %s: %+v, %v; want %v", in, m, err, want)
+		}
+	}
+	for _, in := range []string{"tRUE", "'true'", "\"yes\"", "!!str yes", "1", "maybe"} {
+		if _, err := load("5", in); err == nil {
+			t.Errorf("shadow_mode: %s loaded", in)
+		}
+	}
+}

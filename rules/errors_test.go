@@ -201,7 +201,7 @@ descriptors:
 		`bad.yaml:6: descriptors[1].rate_limit.requests_per_unit: 4294967296 is out of range (0 to 4294967295)`,
 		`bad.yaml:8: descriptors[2].rate_limit.requests_per_unit: want a whole number, got "ten"`,
 		`bad.yaml:10: descriptors[3].rate_limit.requests_per_unit: want a whole number, got "5"`,
-		`bad.yaml:12: descriptors[4].rate_limit.requests_per_unit: want a whole number, got "1.5"`,
+		`bad.yaml:12: descriptors[4].rate_limit.requests_per_unit: 1.5 is not a whole number`,
 		`bad.yaml:14: descriptors[5].rate_limit.unit_multiplier: 0 is out of range (1 to 4294967295)`,
 	}},
 

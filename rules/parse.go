@@ -356,22 +356,28 @@ func (p *parser) str(v *yaml.Node, path string) (string, bool) {
 	return v.Value, true
 }
 
+// quoted reports whether v is a string by its style or an explicit
+// !!str tag, whatever its text: '5' is no number and "yes" no boolean. (A
+// plain yes is tagged !!str by yaml.v3, which reads YAML 1.2; it is still
+// a boolean here, as in YAML 1.1.)
 func quoted(v *yaml.Node) bool {
-	return v.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 || v.Tag == "!!str"
+	return v.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 ||
+		v.Style&yaml.TaggedStyle != 0 && v.Tag == "!!str"
 }
 
-// boolean reads true or false (YAML 1.1's yes/no/on/off too, as
-// envoyproxy/ratelimit's YAML parser accepts them).
+// boolean reads true or false, and YAML 1.1's spellings of them (yes, no,
+// on, off, y, n, in lower, title or upper case), as envoyproxy/ratelimit's
+// YAML parser (yaml.v2) accepts them.
 func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
 	v = p.resolve(v)
 	if v == nil {
 		return false, false
 	}
 	if v.Kind == yaml.ScalarNode && !quoted(v) {
-		switch strings.ToLower(v.Value) {
-		case "true", "yes", "on", "y":
+		switch v.Value {
+		case "true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "y", "Y":
 			return true, true
-		case "false", "no", "off", "n":
+		case "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "n", "N":
 			return false, true
 		}
 	}
@@ -379,7 +385,11 @@ func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
 	return false, false
 }
 
-// integer reads a whole number in [lo, hi].
+// integer reads a whole number in [lo, hi], written as envoyproxy/ratelimit's
+// YAML parser (yaml.v2, YAML 1.1) reads it: decimal with optional '_'
+// separators, 0x hexadecimal, 0b binary, 0o or a leading 0 octal (010 is
+// 8), and a number with a fraction or an exponent whose value is whole
+// (5.0, 1e3). A fraction (5.5, which yaml.v2 would cut to 5) is an error.
 func (p *parser) integer(v *yaml.Node, path string, lo, hi int64) (int64, bool) {
 	v = p.resolve(v)
 	if v == nil {
@@ -389,17 +399,12 @@ func (p *parser) integer(v *yaml.Node, path string, lo, hi int64) (int64, bool) 
 		p.add(v.Line, path, "want a whole number, got %s", kindName(v))
 		return 0, false
 	}
-	s := v.Value
-	base := 10
-	if t := strings.TrimLeft(s, "+-"); len(t) > 1 && t[0] == '0' && strings.ContainsAny(t[1:2], "xXoObB") {
-		base = 0
-	} else {
-		s = strings.ReplaceAll(s, "_", "")
-	}
-	n, err := strconv.ParseInt(s, base, 64)
+	n, err := parseYAMLInt(v.Value)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
 			p.add(v.Line, path, "%s is out of range (%d to %d)", v.Value, lo, hi)
+		} else if errors.Is(err, errFraction) {
+			p.add(v.Line, path, "%s is not a whole number", v.Value)
 		} else {
 			p.add(v.Line, path, "want a whole number, got %s", kindName(v))
 		}
@@ -410,6 +415,36 @@ func (p *parser) integer(v *yaml.Node, path string, lo, hi int64) (int64, bool) 
 		return 0, false
 	}
 	return n, true
+}
+
+var errFraction = errors.New("a fraction")
+
+// parseYAMLInt reads a plain scalar as YAML 1.1 reads an integer (see
+// integer).
+func parseYAMLInt(s string) (int64, error) {
+	plain := strings.ReplaceAll(s, "_", "")
+	if n, err := strconv.ParseInt(plain, 0, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		return n, err // base 0: 0x, 0b, 0o and a leading 0 (octal), as yaml.v2
+	}
+	if strings.ContainsAny(plain, "xXbBoO") || !strings.ContainsAny(plain, "0123456789") {
+		return 0, strconv.ErrSyntax
+	}
+	// 08, 5.0, 1e3: a float, as yaml.v2 resolves them, if it is whole.
+	f, err := strconv.ParseFloat(plain, 64)
+	switch {
+	case err != nil:
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, strconv.ErrRange
+		}
+		return 0, err
+	case math.IsInf(f, 0) || math.IsNaN(f):
+		return 0, strconv.ErrSyntax
+	case f != math.Trunc(f):
+		return 0, errFraction
+	case f >= 1<<63 || f < -(1<<63):
+		return 0, strconv.ErrRange
+	}
+	return int64(f), nil
 }
 
 // seq reads a list.

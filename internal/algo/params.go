@@ -169,8 +169,14 @@ func (p *Params) Prepare() string {
 		if p.Burst != p.Limit {
 			return "burst: only bucket algorithms have a burst apart from the limit"
 		}
-		if p.MaxCeiling() >= 1<<31 {
-			return "limit: at most 2^31-1 for window algorithms"
+		// A fixed window's count is a word of its own; the sliding
+		// windows pack theirs in 32 bits (and a count may pass its
+		// ceiling by one cost before it is clamped).
+		if p.Kind == FixedWindow && p.MaxCeiling() >= MaxExact/4 {
+			return "limit: at most 2^51-1 for fixed_window"
+		}
+		if p.Kind != FixedWindow && p.MaxCeiling() >= 1<<31 {
+			return "limit: at most 2^31-1 for sliding window algorithms"
 		}
 	default:
 		return "algorithm: unknown"
