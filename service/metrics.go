@@ -174,7 +174,7 @@ func (m *Metrics) domain(domain string) *domainSeries {
 	return v.(*domainSeries)
 }
 
-func (m *Metrics) observeDecision(domain string, l *rules.Limit, key string, d *floodgate.Decision) {
+func (m *Metrics) observeDecision(domain string, l *rules.Limit, key, statKey string, d *floodgate.Decision) {
 	outcome := 0 // ok
 	if !d.Allowed {
 		outcome = 1 // over_limit
@@ -201,8 +201,13 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, key string, d *
 		}
 		(*cp).Inc()
 	}
-	if l.DetailedMetric {
+	switch {
+	case l.DetailedMetric:
 		m.detailed.add(domain, l.Name, key, d.Allowed)
+	case l.ValueToMetric && statKey != "":
+		// the statistics key, with the request's values where the
+		// rules ask for them (envoyproxy/ratelimit's stat name)
+		m.detailed.add(domain, l.Name, statKey, d.Allowed)
 	}
 }
 

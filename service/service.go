@@ -359,6 +359,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			if ph := s.headerFor(&item{limit: it.limit, policy: it.limit.Policy}); ph.rules[0].fixed {
 				st.DurationUntilReset = setDuration(&p.duration, windowLeft(now, ph.rules[0].period))
 			}
+			if s.opts.Metrics != nil {
+				s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, it.statKey(), &floodgate.Decision{Allowed: !it.blockedOver()})
+			}
 			switch {
 			case !it.blockedOver():
 				// a check (hits_addend 0) or a refund: 0 hits do not exceed 0
@@ -392,7 +395,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		st.DurationUntilReset = setDuration(&p.duration, wait)
 		over := !d.Allowed
 		if s.opts.Metrics != nil {
-			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, d)
+			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, it.statKey(), d)
 		}
 		if over && it.limit.QuotaMode {
 			violations = append(violations, i) // admitted, and said in the metadata
@@ -410,6 +413,15 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	resp.DynamicMetadata = dynamicMetadata(items, violations)
 	return resp, nil
+}
+
+// statKey is the descriptor's statistics key (rules.Match.StatKey), or ""
+// for a limit of the request's own.
+func (it *item) statKey() string {
+	if it.match == nil {
+		return ""
+	}
+	return it.match.StatKey
 }
 
 // blockedOver says whether a descriptor is over a limit of

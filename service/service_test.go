@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -321,5 +322,73 @@ func TestOverrideOnSubwindowRule(t *testing.T) {
 		if want := i < 2; (r.OverallCode == rlsv3.RateLimitResponse_OK) != want {
 			t.Fatalf("request %d under a 2/7s override: %v", i, r)
 		}
+	}
+}
+
+// gatherSeries returns the values of the metric name's series, by their
+// labels written name=value joined with ",", sorted by label name.
+func gatherSeries(t *testing.T, m *service.Metrics, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			var ls []string
+			for _, l := range mt.GetLabel() {
+				ls = append(ls, l.GetName()+"="+l.GetValue())
+			}
+			sort.Strings(ls)
+			v := mt.GetCounter().GetValue() + mt.GetGauge().GetValue()
+			out[strings.Join(ls, ",")] = v
+		}
+	}
+	return out
+}
+
+// A block-list limit (requests_per_unit 0) is counted in the decisions
+// metric like any limit, in shadow mode too, so dry-running one shows
+// what it would block.
+func TestBlockedLimitIsCounted(t *testing.T) {
+	m := service.NewMetrics()
+	file := "domain: b\ndescriptors:\n  - key: ip\n    value: 10.0.0.1\n    rate_limit: {unit: second, requests_per_unit: 0, name: block}\n" +
+		"  - key: ip\n    value: 10.0.0.2\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 0, name: dry}\n"
+	e := newEnv(t, service.Options{Metrics: m}, file)
+	for _, v := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.2"} {
+		e.ask(t, &rlsv3.RateLimitRequest{Domain: "b", Descriptors: []*rlcommon.RateLimitDescriptor{d("ip", v)}})
+	}
+	e.ask(t, &rlsv3.RateLimitRequest{Domain: "b", HitsAddend: 0, Descriptors: []*rlcommon.RateLimitDescriptor{{
+		Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "ip", Value: "10.0.0.1"}}, HitsAddend: wrapperspb.UInt64(0)}}}) // a check
+	got := gatherSeries(t, m, "floodgate_decisions_total")
+	for series, want := range map[string]float64{
+		"domain=b,outcome=over_limit,rule=block":      2,
+		"domain=b,outcome=ok,rule=block":              1,
+		"domain=b,outcome=shadow_over_limit,rule=dry": 1,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", series, got[series], want, got)
+		}
+	}
+}
+
+// value_to_metric puts the request's value into the statistics key, and
+// the per-value series show it (capped as detailed_metric's are).
+func TestValueToMetricSeries(t *testing.T) {
+	m := service.NewMetrics()
+	file := "domain: v\ndescriptors:\n  - key: route\n    value_to_metric: true\n    descriptors:\n      - key: method\n        rate_limit: {unit: second, requests_per_unit: 100}\n"
+	e := newEnv(t, service.Options{Metrics: m}, file)
+	for _, r := range []string{"r1", "r1", "r2"} {
+		e.ask(t, &rlsv3.RateLimitRequest{Domain: "v", Descriptors: []*rlcommon.RateLimitDescriptor{
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "route", Value: r}, {Key: "method", Value: "GET"}}}}})
+	}
+	got := gatherSeries(t, m, "floodgate_top_value_decisions")
+	if got["domain=v,outcome=ok,rule=v.route.method,value=v.route_r1.method"] != 2 ||
+		got["domain=v,outcome=ok,rule=v.route.method,value=v.route_r2.method"] != 1 {
+		t.Fatalf("per-value series: %v", got)
 	}
 }
