@@ -525,6 +525,13 @@ func TestHostileInput(t *testing.T) {
 	}
 	src += "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: {x: *a5}\n"
 	_, err = Parse("lol.yaml", []byte(src))
+	if err == nil || !strings.Contains(err.Error(), "metadata is more than 16384 bytes once aliases are expanded") {
+		t.Errorf("laughs in metadata: %v", err)
+	}
+	// With a larger metadata allowance, the node budget stops it.
+	defer func(m int) { maxMetadata = m }(maxMetadata)
+	maxMetadata = 1 << 30
+	_, err = Parse("lol.yaml", []byte(src))
 	if err == nil || !strings.Contains(err.Error(), "the file expands (aliases included) to more than 20000 YAML nodes") {
 		t.Errorf("laughs: %v", err)
 	}
@@ -597,5 +604,51 @@ func TestLoadDir(t *testing.T) {
 	c, errs = LoadDir(filepath.Join(dir, "missing"))
 	if c == nil || len(errs) != 1 || len(c.Domains()) != 0 {
 		t.Errorf("missing dir: %v %v", c, errs)
+	}
+}
+
+// What a file's regular expressions and metadata cost is bounded: a
+// value_regex whose program is large (counted repetitions) is refused
+// before it is fully compiled, so are regexes beyond the file's budget,
+// and a limit's metadata may not expand (through aliases) past
+// MaxMetadata, since every matching response carries it.
+func TestBoundedRegexAndMetadata(t *testing.T) {
+	head := "domain: r\ndescriptors:\n"
+	_, err := Parse("big.yaml", []byte(head+"  - key: k\n    value_regex: '(?:[a-z]{1,30}){1,30}N'\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	if err == nil || !strings.Contains(err.Error(), "big.yaml:4: descriptors[0].value_regex: compiles to") {
+		t.Errorf("a large regex: %v", err)
+	}
+	// Regexes of 63 instructions each: the file's budget takes 63 of them.
+	var b strings.Builder
+	b.WriteString(head)
+	for i := range 70 {
+		fmt.Fprintf(&b, "  - key: k\n    value_regex: '[a-z]{1,30}%d'\n    rate_limit: {unit: second, requests_per_unit: 1}\n", i)
+	}
+	_, err = Parse("many.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "compile to more than 4000 instructions in all") {
+		t.Errorf("many regexes: %.300v", err)
+	}
+	// Ordinary regexes load.
+	d, err := Parse("ok.yaml", []byte(head+"  - key: path\n    value_regex: '/api/v[0-9]+/users/[0-9]+'\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := NewConfig(d)
+	if c.Match("r", []Entry{{"path", "/api/v2/users/17"}}) == nil {
+		t.Error("the regex does not match")
+	}
+	// A 421-byte file whose metadata expands to megabytes.
+	src := "domain: m\nx0: &x0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+	for i := 1; i <= 5; i++ {
+		src += fmt.Sprintf("x%d: &x%d [%s*x%d]\n", i, i, strings.Repeat(fmt.Sprintf("*x%d, ", i-1), 9), i-1)
+	}
+	src += "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: {m: *x3}\n"
+	_, err = Parse("meta.yaml", []byte(src))
+	if err == nil || !strings.Contains(err.Error(), "metadata is more than 16384 bytes") {
+		t.Errorf("metadata bomb: %v", err)
+	}
+	// Metadata of a few kilobytes loads.
+	if _, err := Parse("meta.yaml", []byte("domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: {team: payments, tags: [a, b, c], note: '"+strings.Repeat("n", 4000)+"'}\n")); err != nil {
+		t.Errorf("ordinary metadata: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"regexp/syntax"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,9 @@ const (
 	MaxDescriptors = 50000   // descriptors in one file, exempt_values included
 	MaxStringLen   = 4096    // bytes in a key, value, value_prefix, name or metadata string
 	MaxRegexLen    = 1024    // bytes in a value_regex
+	MaxRegexInsts  = 500     // instructions a value_regex compiles to
+	MaxFileRegex   = 4000    // instructions all of a file's value_regex compile to
+	MaxMetadata    = 16384   // bytes of one limit's metadata, aliases expanded (strings, plus 16 a value)
 	MaxYAMLNodes   = 2000000 // YAML nodes visited, aliases expanded
 	maxYAMLDepth   = 200     // YAML nesting (metadata included)
 )
@@ -30,6 +34,7 @@ const (
 var (
 	maxDescriptors = MaxDescriptors
 	maxYAMLNodes   = MaxYAMLNodes
+	maxMetadata    = MaxMetadata
 )
 
 // field names by place, for "unknown field" hints
@@ -136,6 +141,8 @@ type parser struct {
 	errList
 	visited int  // YAML nodes visited
 	over    bool // the visit budget is spent
+	rxInsts int  // instructions of the file's value_regex so far
+	meta    int  // metadata budget left of the limit being read
 	descs   int
 	opts    Options
 	dom     *Domain
@@ -708,9 +715,9 @@ func (p *parser) descriptor(m *yaml.Node, path string, depth int, parents []*nod
 				p.add(regexF.Line, fp, "is %d bytes long; at most %d", len(s), MaxRegexLen)
 				bad = true
 			default:
-				re, err := regexp.Compile(`^(?:` + s + `)$`)
+				re, err := p.regex(s)
 				if err != nil {
-					p.add(regexF.Line, fp, "invalid RE2 regular expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+					p.add(regexF.Line, fp, "%s", err)
 					bad = true
 				}
 				n.kind, n.value, n.re = kindRegex, s, re
@@ -884,13 +891,44 @@ func (n *node) matchField() string {
 	return "value"
 }
 
+// regex compiles a value_regex, anchored at both ends, unless its program
+// is larger than MaxRegexInsts or takes the file's programs beyond
+// MaxFileRegex: a request's value is matched against every value_regex of
+// its level in turn, in time that grows with the programs' size and the
+// value's length, and compiled programs take memory. The size is learnt
+// from regexp/syntax before the full compilation (whose memory grows with
+// it).
+func (p *parser) regex(s string) (*regexp.Regexp, error) {
+	src := `^(?:` + s + `)$`
+	re, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		return nil, fmt.Errorf("invalid RE2 regular expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return nil, fmt.Errorf("invalid RE2 regular expression: %s", err)
+	}
+	switch n := len(prog.Inst); {
+	case n > MaxRegexInsts:
+		return nil, fmt.Errorf("compiles to %d instructions; at most %d (write fewer or smaller counted repetitions such as {1,30})", n, MaxRegexInsts)
+	case p.rxInsts+n > MaxFileRegex:
+		return nil, fmt.Errorf("the file's value_regex compile to more than %d instructions in all; use value_prefix or exact values for some", MaxFileRegex)
+	default:
+		p.rxInsts += n
+	}
+	return regexp.Compile(src)
+}
+
 // metadata converts a metadata mapping to plain Go values: map[string]any,
-// []any, string, int64, float64, bool and nil.
+// []any, string, int64, float64, bool and nil. What one limit's metadata
+// holds, aliases expanded, is bounded by MaxMetadata, since it is copied
+// into every response that matches the limit.
 func (p *parser) metadata(f *field, path string) map[string]any {
 	m, ok := p.mapping(f.val, path)
 	if !ok {
 		return nil
 	}
+	p.meta = maxMetadata
 	v, ok := p.plain(m, path, 0)
 	if !ok {
 		return nil
@@ -907,6 +945,10 @@ func (p *parser) plain(v *yaml.Node, path string, depth int) (any, bool) {
 		return nil, false
 	}
 	if v = p.resolve(v); v == nil {
+		return nil, false
+	}
+	if p.meta -= 16 + len(v.Value); p.meta < 0 {
+		p.add(v.Line, path, "metadata is more than %d bytes once aliases are expanded", maxMetadata)
 		return nil, false
 	}
 	switch v.Kind {
