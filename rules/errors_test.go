@@ -652,3 +652,27 @@ func TestBoundedRegexAndMetadata(t *testing.T) {
 		t.Errorf("ordinary metadata: %v", err)
 	}
 }
+
+// Bytes that are no UTF-8 text are reported with their line, which the
+// YAML parser does not give.
+func TestBadBytesHaveALine(t *testing.T) {
+	for name, src := range map[string]string{
+		"latin1": "domain: d\ndescriptors:\n  - key: k\n    value: caf\xe9\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"nul":    "domain: d\ndescriptors:\n  - key: k\x00\n",
+	} {
+		_, err := Parse(name+".yaml", []byte(src))
+		want := map[string]string{"latin1": name + ".yaml:4: ", "nul": name + ".yaml:3: "}[name]
+		if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("%s: %v, want an error starting %q", name, err, want)
+		}
+	}
+}
+
+// time_zone: Local would make one file mean different days on different
+// hosts; it is refused like an unknown zone.
+func TestLocalTimeZoneRefused(t *testing.T) {
+	_, err := Parse("tz.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {calendar: day, time_zone: Local, requests_per_unit: 1}\n"))
+	if err == nil || !strings.Contains(err.Error(), `tz.yaml:4: descriptors[0].rate_limit.time_zone: unknown time zone "Local"`) {
+		t.Fatalf("Local: %v", err)
+	}
+}

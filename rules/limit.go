@@ -256,6 +256,9 @@ func loadLocation(z string) (*time.Location, error) {
 	if z == "" || len(z) > 64 || strings.Contains(z, "..") || strings.HasPrefix(z, "/") || strings.ContainsAny(z, "\\\x00") {
 		return nil, errors.New("invalid")
 	}
+	if z == "Local" { // the server's own zone: the same file would mean different days on different hosts
+		return nil, errors.New("Local is the server's own zone; name the zone (an IANA name such as Europe/Paris)")
+	}
 	if l, ok := zones.Load(z); ok {
 		return l.(*time.Location), nil
 	}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -83,6 +84,11 @@ func parse(file string, data []byte, opts Options) (*Domain, error) {
 	}
 	root, line, msg := decodeYAML(data)
 	if msg != "" {
+		if line == 0 { // the YAML parser names no line for bad bytes
+			if l, what := badByte(data); l > 0 {
+				line, msg = l, msg+" ("+what+"; rules files are UTF-8 text)"
+			}
+		}
 		p.add(line, "", "%s", msg)
 		return nil, p.err()
 	}
@@ -94,6 +100,31 @@ func parse(file string, data []byte, opts Options) (*Domain, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// badByte finds the first byte of data that is no UTF-8 text (an invalid
+// sequence, or a control character other than tab, newline and carriage
+// return), returning its line and a description; 0 if there is none. A
+// file starting with a UTF-16 byte order mark is left to the YAML parser.
+func badByte(data []byte) (line int, what string) {
+	if bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE}) {
+		return 0, ""
+	}
+	line, col := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			return line, fmt.Sprintf("byte 0x%02X at column %d is not UTF-8", data[i], col)
+		case r < 0x20 && r != '\t' && r != '\n' && r != '\r', r == 0x7F:
+			return line, fmt.Sprintf("control character 0x%02X at column %d", r, col)
+		case r == '\n':
+			line, col = line+1, 0
+		}
+		i += size
+		col++
+	}
+	return 0, ""
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
