@@ -333,14 +333,25 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 		if denied {
 			var refunds []floodgate.Op
+			var refunded []int // the ops refunded
 			for i := range items {
 				it := &items[i]
 				if it.op >= 0 && decisions[it.op].Allowed && ops[it.op].Kind == floodgate.OpAllow {
 					refunds = append(refunds, floodgate.Op{Policy: ops[it.op].Policy, Key: ops[it.op].Key, Kind: floodgate.OpRefund, Cost: ops[it.op].Cost})
+					refunded = append(refunded, it.op)
 				}
 			}
 			if len(refunds) > 0 {
-				s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort compensation
+				// best effort compensation; its decisions say what is left
+				// once the hits are given back, which the statuses report
+				after := make([]floodgate.Decision, len(refunds))
+				if err := s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), refunds, after); err == nil {
+					for j, op := range refunded {
+						if a := &after[j]; !a.Degraded {
+							decisions[op].Remaining, decisions[op].ResetAfter = a.Remaining, a.ResetAfter
+						}
+					}
+				}
 			}
 		}
 	}

@@ -184,8 +184,13 @@ func TestAllOrNothingAcrossDescriptors(t *testing.T) {
 		t.Fatal(r)
 	}
 	for range 3 {
-		if r := e.ask(t, req); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		r := e.ask(t, req)
+		if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 			t.Fatal(r)
+		}
+		// The IP's status says what is left once its hit is given back.
+		if ip := r.Statuses[0]; ip.Code != rlsv3.RateLimitResponse_OK || ip.LimitRemaining != 9 {
+			t.Fatalf("the admitted and refunded IP: %v, want OK with 9 remaining", ip)
 		}
 	}
 	// The three denied requests consumed nothing from the IP.
