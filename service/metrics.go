@@ -3,9 +3,11 @@ package service
 import (
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +72,17 @@ type counterKey struct {
 	a, b, c string
 }
 
+// labelValue makes s a label value Prometheus takes: valid UTF-8. A label
+// that is not makes client_golang panic, and a request's values can hold
+// any bytes (a long value's store key is cut at a byte count, say). Two
+// values may come out alike; the collectors merge them.
+func labelValue(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 // maxChildren bounds the cached children (label values come from
 // configuration, but a domain is whatever a caller sends).
 const maxChildren = 1 << 16
@@ -82,7 +95,11 @@ func (m *Metrics) counter(vec *prometheus.CounterVec, labels ...string) promethe
 	if v, ok := m.counters.Load(k); ok {
 		return v.(prometheus.Counter)
 	}
-	ctr := vec.WithLabelValues(labels...)
+	safe := make([]string, len(labels))
+	for i, l := range labels {
+		safe[i] = labelValue(l)
+	}
+	ctr := vec.WithLabelValues(safe...)
 	m.counters.Store(k, ctr)
 	return ctr
 }
@@ -91,7 +108,7 @@ func (m *Metrics) histogram(domain string) prometheus.Observer {
 	if v, ok := m.histograms.Load(domain); ok {
 		return v.(prometheus.Observer)
 	}
-	h := m.latency.WithLabelValues(domain)
+	h := m.latency.WithLabelValues(labelValue(domain))
 	m.histograms.Store(domain, h)
 	return h
 }
@@ -139,9 +156,6 @@ func (m *Metrics) Reload(ok bool, domains int) {
 }
 
 func (m *Metrics) observeRequest(domain string, resp *rlsv3.RateLimitResponse, err error, took time.Duration) {
-	if len(domain) > 128 {
-		domain = domain[:128]
-	}
 	code := 0 // ok
 	switch {
 	case errors.Is(err, errBadRequest):
@@ -307,13 +321,27 @@ func (t *topValues) Collect(ch chan<- prometheus.Metric) {
 			top = top[:maxValues]
 		}
 		restOK, restOver := ss.total[0], ss.total[1]
+		byLabel := make(map[string]*[2]float64, len(top)) // values alike as labels, merged
+		var labels []string
 		for _, e := range top {
-			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, e.ok, k[0], k[1], e.value, "ok")
-			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, e.over, k[0], k[1], e.value, "over_limit")
+			l := labelValue(e.value)
+			c := byLabel[l]
+			if c == nil {
+				c = new([2]float64)
+				byLabel[l] = c
+				labels = append(labels, l)
+			}
+			c[0] += e.ok
+			c[1] += e.over
 			restOK -= e.ok
 			restOver -= e.over
 		}
-		ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, max(restOK, 0), k[0], k[1], "other", "ok")
-		ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, max(restOver, 0), k[0], k[1], "other", "over_limit")
+		for _, l := range labels {
+			c := byLabel[l]
+			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, c[0], labelValue(k[0]), labelValue(k[1]), l, "ok")
+			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, c[1], labelValue(k[0]), labelValue(k[1]), l, "over_limit")
+		}
+		ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, max(restOK, 0), labelValue(k[0]), labelValue(k[1]), "other", "ok")
+		ch <- prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, max(restOver, 0), labelValue(k[0]), labelValue(k[1]), "other", "over_limit")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -643,7 +644,11 @@ func boundKey(k string) string {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
-	return k[:MaxKeyBytes-65] + "#" + hex.EncodeToString(sum[:])
+	n := MaxKeyBytes - 65
+	for n > 0 && !utf8.RuneStart(k[n]) { // keep whole characters
+		n--
+	}
+	return k[:n] + "#" + hex.EncodeToString(sum[:])
 }
 
 // entryKey is the store key for a descriptor no rule matched (a request's

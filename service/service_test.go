@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -395,5 +396,38 @@ func TestValueToMetricSeries(t *testing.T) {
 	if got["domain=v,outcome=ok,rule=v.route.method,value=v.route_r1.method"] != 2 ||
 		got["domain=v,outcome=ok,rule=v.route.method,value=v.route_r2.method"] != 1 {
 		t.Fatalf("per-value series: %v", got)
+	}
+}
+
+// Label values are valid UTF-8 whatever the domain and the request's
+// values hold: a label that is not made client_golang panic, which took
+// the process down (a domain cut at 128 bytes inside a character) or
+// failed every scrape (a long value's store key cut inside one).
+func TestMetricLabelsStayUTF8(t *testing.T) {
+	m := service.NewMetrics()
+	domain := strings.Repeat("a", 127) + "é"
+	file := "domain: " + domain + "\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"
+	e := newEnv(t, service.Options{Metrics: m}, file)
+	for _, v := range []string{"a" + strings.Repeat("日", 1000), "b" + strings.Repeat("日", 1000), "c\xff\xfe", "c\xfe\xff"} {
+		e.ask(t, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{d("user", v)}})
+	}
+	got := gatherSeries(t, m, "floodgate_top_value_decisions") // fails on a bad label
+	if len(got) == 0 {
+		t.Fatal("no per-value series")
+	}
+	var total float64
+	for series, v := range got {
+		if !utf8.ValidString(series) {
+			t.Errorf("label not UTF-8: %q", series)
+		}
+		if strings.Contains(series, "outcome=ok") {
+			total += v
+		}
+	}
+	if total != 4 {
+		t.Errorf("the per-value series count %v decisions, want 4: %v", total, got)
+	}
+	if reqs := gatherSeries(t, m, "floodgate_requests_total"); reqs["code=ok,domain="+domain] != 4 {
+		t.Errorf("requests: %v", reqs)
 	}
 }
