@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 	"unicode/utf8"
 
@@ -64,16 +65,44 @@ func (o Override) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads Period as a Go duration string. It does not
-// validate: call Validate.
+// validate: call Validate. It takes unknown fields (a json.Decoder's
+// DisallowUnknownFields does not reach into it); DecodeJSON does not.
 func (o *Override) UnmarshalJSON(b []byte) error {
 	var j overrideJSON
 	if err := json.Unmarshal(b, &j); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return &FieldError{Field: te.Field, Msg: fmt.Sprintf("want a JSON %s, got %s", te.Type, te.Value)}
-		}
-		return err
+		return jsonError(err)
 	}
+	return o.fromJSON(&j)
+}
+
+// DecodeJSON reads one override from r, strictly: an unknown field (a
+// misspelt "brust") or anything after the object is an error, since either
+// would leave the caller with an override other than the one meant. It
+// does not validate: call Validate.
+func DecodeJSON(r io.Reader) (Override, error) {
+	var j overrideJSON
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return Override{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Override{}, errors.New("override: more after the JSON object")
+	}
+	var o Override
+	err := o.fromJSON(&j)
+	return o, err
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return &FieldError{Field: te.Field, Msg: fmt.Sprintf("want a JSON %s, got %s", te.Type, te.Value)}
+	}
+	return err
+}
+
+func (o *Override) fromJSON(j *overrideJSON) error {
 	var d time.Duration
 	if j.Period != "" {
 		var err error

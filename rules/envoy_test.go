@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -338,6 +339,34 @@ func TestYAML11Scalars(t *testing.T) {
 	for _, in := range []string{"tRUE", "'true'", "\"yes\"", "!!str yes", "1", "maybe"} {
 		if _, err := load("5", in); err == nil {
 			t.Errorf("shadow_mode: %s loaded", in)
+		}
+	}
+}
+
+// ParseKey reads Match.Key back into the entries that made it, escapes
+// included, and refuses what no match could have made.
+func TestParseKey(t *testing.T) {
+	d, err := Parse("k.yaml", []byte("domain: k\ndescriptors:\n  - key: 'a%b'\n    descriptors:\n      - key: k2\n        rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := NewConfig(d)
+	for _, entries := range [][]Entry{es("a%b", "x=y|z*", "k2", ""), es("a%b", "日本", "k2", "v")} {
+		m := c.Match("k", entries)
+		if m == nil {
+			t.Fatalf("no match for %v", entries)
+		}
+		got, ok := ParseKey(m.Key)
+		if !ok || fmt.Sprint(got) != fmt.Sprint(entries) {
+			t.Errorf("ParseKey(%q) = %v %v, want %v", m.Key, got, ok, entries)
+		}
+	}
+	if got, ok := ParseKey("path=*%2Fapi%2F"); !ok || fmt.Sprint(got) != fmt.Sprint(es("path", "/api/")) {
+		t.Errorf("a shared counter's key: %v %v", got, ok)
+	}
+	for _, in := range []string{"", "user", "=v", "a=%2", "a=%ZZ", "a=b=c", "a=b|"} {
+		if got, ok := ParseKey(in); ok {
+			t.Errorf("ParseKey(%q) = %v, want refused", in, got)
 		}
 	}
 }

@@ -329,6 +329,57 @@ func storeKey(path []*node, entries []Entry) string {
 
 const hexDigits = "0123456789ABCDEF"
 
+// ParseKey reads a store key (Match.Key) back into the entries it was made
+// of; false if key is no such key. A share_threshold level's value reads
+// back as its pattern, which matches itself for wildcards and prefixes.
+func ParseKey(key string) ([]Entry, bool) {
+	if key == "" {
+		return nil, false
+	}
+	var out []Entry
+	for part := range strings.SplitSeq(key, "|") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, false
+		}
+		v = strings.TrimPrefix(v, "*") // a shared counter's mark
+		k, okk := unescape(k)
+		v, okv := unescape(v)
+		if !okk || !okv || k == "" {
+			return nil, false
+		}
+		out = append(out, Entry{Key: k, Value: v})
+	}
+	return out, true
+}
+
+// unescape undoes escapeTo.
+func unescape(s string) (string, bool) {
+	if !strings.ContainsAny(s, "%=|*") {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			if i+2 >= len(s) {
+				return "", false
+			}
+			hi, lo := strings.IndexByte(hexDigits, s[i+1]), strings.IndexByte(hexDigits, s[i+2])
+			if hi < 0 || lo < 0 {
+				return "", false
+			}
+			b.WriteByte(byte(hi<<4 | lo))
+			i += 2
+		case '=', '|', '*':
+			return "", false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
 // escapeTo writes s with '%', '=', '|' and '*' percent-escaped.
 func escapeTo(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -187,9 +188,11 @@ func RequireToken(token string, h http.Handler) http.Handler {
 	if token == "" {
 		return h
 	}
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		// the scheme's name is case-insensitive (RFC 9110, 11.1)
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
@@ -219,6 +222,9 @@ func (s *Service) adminList(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
+	if list == nil {
+		list = []overrides.Override{} // [], not null
+	}
 	writeJSON(w, list)
 }
 
@@ -227,7 +233,7 @@ func (s *Service) adminGet(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), r.PathValue("key"))
+	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), boundKey(r.PathValue("key")))
 	switch {
 	case err != nil:
 		httpError(w, http.StatusInternalServerError, "%v", err)
@@ -243,15 +249,18 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	var o overrides.Override
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil {
+	o, err := overrides.DecodeJSON(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
 		httpError(w, http.StatusBadRequest, "override: %v", err)
 		return
 	}
-	o.Domain, o.Key, o.Updated = r.PathValue("domain"), r.PathValue("key"), time.Now().UTC()
+	// a key over MaxKeyBytes is stored as decisions look it up
+	o.Domain, o.Key, o.Updated = r.PathValue("domain"), boundKey(r.PathValue("key")), time.Now().UTC()
 	if err := o.Validate(); err != nil {
+		httpError(w, http.StatusBadRequest, "override: %v", err)
+		return
+	}
+	if err := s.checkOverride(o, r.PathValue("key")); err != nil {
 		httpError(w, http.StatusBadRequest, "override: %v", err)
 		return
 	}
@@ -267,7 +276,7 @@ func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	ok, err := st.Delete(r.Context(), r.PathValue("domain"), r.PathValue("key"))
+	ok, err := st.Delete(r.Context(), r.PathValue("domain"), boundKey(r.PathValue("key")))
 	switch {
 	case err != nil:
 		httpError(w, http.StatusInternalServerError, "%v", err)
@@ -276,6 +285,26 @@ func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// checkOverride refuses an override that could never apply to the limit
+// its key belongs to in the live rules (a burst on a fixed window, say),
+// which decisions would otherwise skip with no more than a log line. A key
+// that matches no limit now is taken: rules change.
+func (s *Service) checkOverride(o overrides.Override, key string) error {
+	cfg := s.rules.Load()
+	entries, ok := rules.ParseKey(key)
+	if cfg == nil || !ok {
+		return nil
+	}
+	m := cfg.Match(o.Domain, entries)
+	if m == nil || boundKey(m.Key) != o.Key {
+		return nil
+	}
+	if _, err := s.overridePolicy(o.Domain, m.Limit, o); err != nil {
+		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %v", m.Limit.Name, key, err)
+	}
+	return nil
 }
 
 type keyRequest struct {
@@ -302,14 +331,15 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 		return
 	}
 	// the key's override, if it has one, holds its state: inspect or reset that
-	p := s.keyPolicy(r.Context(), kr.Domain, m.Limit, m.Key)
-	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: kr.Domain + "\x00" + m.Key, Kind: kind})
+	key := boundKey(m.Key) // as decisions store it
+	p := s.keyPolicy(r.Context(), kr.Domain, m.Limit, key)
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: kr.Domain + "\x00" + key, Kind: kind})
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
 		return
 	}
 	writeJSON(w, map[string]any{
-		"limit": m.Limit.Name, "key": m.Key, "allowed": d.Allowed, "remaining": d.Remaining,
+		"limit": m.Limit.Name, "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
 		"reset_after": d.ResetAfter.String(), "retry_after": d.RetryAfter.String(), "rule": d.Rule, "degraded": d.Degraded,
 	})
 }

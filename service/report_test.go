@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -310,5 +311,80 @@ descriptors:
 	}
 	if got := header(r, "RateLimit-Policy"); !strings.Contains(got, `"daily";q=2;w=86400`) {
 		t.Fatalf("RateLimit-Policy %q", got)
+	}
+}
+
+// The admin API acts on the keys decisions use, also for a value whose
+// store key is over MaxKeyBytes (stored bounded); refuses an override that
+// could never apply to its key's limit, or that has an unknown field or
+// trailing data; lists no overrides as []; takes the bearer scheme in any
+// case.
+func TestAdminOverridesAndLongKeys(t *testing.T) {
+	cache := overrideCache(t)
+	e := newEnv(t, service.Options{Overrides: cache}, testRules)
+	srv := httptest.NewServer(e.svc.AdminHandler("s3cret"))
+	t.Cleanup(srv.Close)
+	call := func(method, path, body, auth string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const auth = "bearer s3cret"
+	if code, body := call("GET", "/v1/overrides/t", "", auth); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Fatalf("empty list: %d %s", code, body)
+	}
+	if code, _ := call("GET", "/v1/overrides/t", "", "Bearer wrong"); code != 401 {
+		t.Fatalf("a wrong token: %d", code)
+	}
+	for _, body := range []string{
+		`{"limit":1,"period":"1m","burst":3}`,  // a burst on a fixed window
+		`{"limit":1,"period":"1m","brust":3}`,  // unknown field
+		`{"limit":5,"period":"1s"} trailing`,   // trailing data
+		`{"limit":5,"period":"1s"}{"limit":6}`, // two objects
+	} {
+		if code, out := call("PUT", "/v1/overrides/t/user=u1", body, auth); code != 400 {
+			t.Errorf("PUT %s: %d %s, want 400", body, code, out)
+		}
+	}
+
+	long := strings.Repeat("z", 2000)
+	req := reqOf("t", d("user", long))
+	for range 3 {
+		e.ask(t, req)
+	}
+	inspect := func() map[string]any {
+		t.Helper()
+		code, body := call("POST", "/v1/keys/inspect", `{"domain":"t","entries":[{"key":"user","value":"`+long+`"}]}`, auth)
+		var out map[string]any
+		if err := json.Unmarshal([]byte(body), &out); err != nil || code != 200 {
+			t.Fatalf("inspect: %d %s", code, body)
+		}
+		return out
+	}
+	if got := inspect(); got["remaining"] != 2.0 {
+		t.Fatalf("inspect after 3 of 5: %v", got)
+	}
+	if code, body := call("POST", "/v1/keys/reset", `{"domain":"t","entries":[{"key":"user","value":"`+long+`"}]}`, auth); code != 200 {
+		t.Fatalf("reset: %d %s", code, body)
+	}
+	if r := e.ask(t, req); r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("after a reset: %v", r)
+	}
+	// An override PUT under the full key applies to the decisions.
+	if code, body := call("PUT", "/v1/overrides/t/user="+long, `{"limit":100,"period":"1m"}`, auth); code != 200 {
+		t.Fatalf("PUT a long key: %d %s", code, body)
+	}
+	if r := e.ask(t, req); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 100 {
+		t.Fatalf("the override on a long key does not apply: %v", r)
+	}
+	if code, _ := call("GET", "/v1/overrides/t/user="+long, "", auth); code != 200 {
+		t.Fatalf("GET a long key: %d", code)
 	}
 }
