@@ -36,7 +36,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: floodgate validate [--calendar-month] DIR|FILE...")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -117,7 +117,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&descs, "descriptor", "key=value[,key2=value2...] (repeat for several descriptors)")
 	var tlsConf loadgen.TLSConfig // the same client TLS flags as floodgate bench
 	tlsConf.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,13 +33,41 @@ func envString(name, def string) string {
 	return def
 }
 
-func envBool(name string) bool { v := envString(name, ""); return v == "1" || v == "true" }
+func envBool(name string) bool { b, _ := strconv.ParseBool(envString(name, "")); return b }
 
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(envString(name, "")); err == nil {
 		return d
 	}
 	return def
+}
+
+// parseFlags parses args, then checks the FLOODGATE_* variables of the
+// flags not given: each flag's default was read from its variable (named
+// in its usage, "[FLOODGATE_X]"), where a value that does not parse was
+// passed over; here it is parsed as the flag would be, and refused the
+// same way, so FLOODGATE_DRAIN_TIMEOUT=bogus or FLOODGATE_X_RATELIMIT_HEADERS=yes
+// is an error, not silently the default.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		i := strings.LastIndex(f.Usage, "[FLOODGATE_")
+		if err != nil || given[f.Name] || i < 0 || !strings.HasSuffix(f.Usage, "]") {
+			return
+		}
+		name := f.Usage[i+1 : len(f.Usage)-1]
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %v (as --%s)", name, v, e, f.Name)
+			}
+		}
+	})
+	return err
 }
 
 // commonConfig is what serve and proxy are both told.

@@ -47,7 +47,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "IPv6 clients are keyed by this prefix length (128: each address)")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

@@ -49,7 +49,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", envString("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
 	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -179,8 +179,13 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	}
 	gs := grpc.NewServer(gopts...)
 	health := svc.RegisterGRPC(gs)
-	hs := &http.Server{Handler: svc.HTTPHandler(metrics, ready), TLSConfig: tlsConf, ReadHeaderTimeout: 10 * time.Second}
-	as := &http.Server{Handler: svc.AdminHandler(c.adminToken), ReadHeaderTimeout: 10 * time.Second}
+	// Bodies here are small JSON: a client that sends one slowly, or keeps
+	// an idle connection, is not kept waiting for (nor waited for by
+	// SIGTERM's drain).
+	hs := &http.Server{Handler: svc.HTTPHandler(metrics, ready), TLSConfig: tlsConf,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	as := &http.Server{Handler: svc.AdminHandler(c.adminToken),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)

@@ -652,3 +652,19 @@ func TestServeRefusesNegativeDurations(t *testing.T) {
 		}
 	}
 }
+
+// A FLOODGATE_* variable that does not parse is an error naming it, as the
+// flag's value would be (it used to be passed over for the default).
+func TestServeRefusesBadEnvironment(t *testing.T) {
+	for name, v := range map[string]string{"FLOODGATE_DRAIN_TIMEOUT": "bogus", "FLOODGATE_X_RATELIMIT_HEADERS": "yes"} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, v)
+			var out, errb bytes.Buffer
+			code := run([]string{"serve", "--data", t.TempDir(), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+				"--admin-addr", "127.0.0.1:0"}, &out, &errb)
+			if code == 0 || !strings.Contains(errb.String(), name+"=") {
+				t.Errorf("exit %d\n%s", code, errb.String())
+			}
+		})
+	}
+}
