@@ -20,7 +20,10 @@ import (
 // header values, so a client could send one that fails the call, and Envoy
 // lets a request through every limit when its call fails (failure_mode_deny
 // false). Such a request is decoded with each byte of an invalid sequence
-// written as \xNN (so distinct values stay distinct), and decided as usual.
+// written as \xNN, and decided as usual. Distinct invalid values stay
+// distinct; one may read as a valid value that spells the escape out (the
+// bytes ff fe and the text \xff\xfe share a counter), which gives a
+// client nothing it could not have by sending that text.
 type lenientCodec struct {
 	encoding.CodecV2
 }

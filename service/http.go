@@ -330,8 +330,12 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 		httpError(w, http.StatusNotFound, "no limit applies to that descriptor")
 		return
 	}
-	// the key's override, if it has one, holds its state: inspect or reset that
 	key := boundKey(m.Key) // as decisions store it
+	if m.Limit.Blocked { // requests_per_unit 0: nothing is counted, everything refused
+		writeJSON(w, map[string]any{"limit": m.Limit.Name, "key": key, "allowed": false, "remaining": 0, "blocked": true})
+		return
+	}
+	// the key's override, if it has one, holds its state: inspect or reset that
 	p := s.keyPolicy(r.Context(), kr.Domain, m.Limit, key)
 	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: kr.Domain + "\x00" + key, Kind: kind})
 	if err != nil {

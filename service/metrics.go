@@ -72,6 +72,10 @@ type counterKey struct {
 	a, b, c string
 }
 
+// requestLimitRule is the rule label of decisions by a descriptor's own
+// limit (--allow-request-limits).
+const requestLimitRule = "_request_limit"
+
 // labelValue makes s a label value Prometheus takes: valid UTF-8. A label
 // that is not makes client_golang panic, and a request's values can hold
 // any bytes (a long value's store key is cut at a byte count, say). Two
@@ -203,8 +207,9 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, key, statKey st
 		outcome += 4
 	}
 	if l.Policy == nil {
-		// a request's own limit: a fresh *rules.Limit each time
-		m.counter(m.decisions, domain, l.Name, decisionOutcomes[outcome]).Inc()
+		// a request's own limit: a fresh *rules.Limit each time, and a
+		// name ("11/1s") the caller chooses, so one series for them all
+		m.counter(m.decisions, domain, requestLimitRule, decisionOutcomes[outcome]).Inc()
 	} else {
 		ls := m.limit(l)
 		cp := ls.outcomes[outcome].Load()

@@ -388,3 +388,27 @@ func TestAdminOverridesAndLongKeys(t *testing.T) {
 		t.Fatalf("GET a long key: %d", code)
 	}
 }
+
+// A requests_per_unit 0 descriptor over its limit gets the headers any
+// limit does (quota 0, 0 remaining, Retry-After at the window's end), and
+// a limit two descriptors share is listed once in RateLimit-Policy.
+func TestBlockedHeadersAndPolicyOnce(t *testing.T) {
+	e := newEnv(t, service.Options{}, testRules)
+	headers := func(r *rlsv3.RateLimitResponse) map[string]string {
+		h := map[string]string{}
+		for _, v := range r.ResponseHeadersToAdd {
+			h[v.Key] = v.Value
+		}
+		return h
+	}
+	r := e.ask(t, reqOf("t", d("blocked", "x")))
+	h := headers(r)
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || h["RateLimit-Policy"] != `"t.blocked";q=0;w=1` ||
+		!strings.HasPrefix(h["RateLimit"], `"t.blocked";r=0;t=`) || h["Retry-After"] != "1" {
+		t.Fatalf("blocked: %v %v", r.OverallCode, h)
+	}
+	h = headers(e.ask(t, reqOf("t", d("user", "a"), d("user", "b"))))
+	if h["RateLimit-Policy"] != `"t.user";q=5;w=60` {
+		t.Fatalf("two descriptors of one limit: RateLimit-Policy %q", h["RateLimit-Policy"])
+	}
+}

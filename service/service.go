@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -368,9 +369,15 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		resp.Statuses[i] = st
 		if it.blocked && it.op < 0 && !it.replaced {
 			st.CurrentLimit = currentLimit(&p.limit, it, &floodgate.Decision{}, nil)
-			if ph := s.headerFor(&item{limit: it.limit, policy: it.limit.Policy}); ph.rules[0].fixed {
-				st.DurationUntilReset = setDuration(&p.duration, windowLeft(now, ph.rules[0].period))
+			ph := s.headerFor(&item{limit: it.limit, policy: it.limit.Policy})
+			wait := ph.rules[0].period // no wait helps; the window's end is what the status says
+			if ph.rules[0].fixed {
+				wait = windowLeft(now, ph.rules[0].period)
+				st.DurationUntilReset = setDuration(&p.duration, wait)
 			}
+			// the headers say 0 left, as the status does
+			hdr.add(ph, &floodgate.Decision{Allowed: !it.blockedOver(), ResetAfter: wait, RetryAfter: wait, Rule: ph.rules[0].rule},
+				it.blockedOver() && !it.limit.ShadowMode && !it.limit.QuotaMode)
 			if s.opts.Metrics != nil {
 				s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, it.statKey(), &floodgate.Decision{Allowed: !it.blockedOver()})
 			}
@@ -872,7 +879,11 @@ func (s *Service) headerFor(it *item) *policyHeader {
 		}
 		rh.fixed = r.Algorithm == floodgate.FixedWindow && rh.period > 0
 		ph.rules[i] = rh
-		items[i] = ratehdr.PolicyItem(rh.name, r.Limit, rh.window)
+		q := r.Limit
+		if it.limit != nil && it.limit.Blocked {
+			q = 0 // the policy's rule holds a placeholder of 1
+		}
+		items[i] = ratehdr.PolicyItem(rh.name, q, rh.window)
 	}
 	ph.item = strings.Join(items, ", ")
 	if s.policyHeaderCount.Add(1) > maxPolicies {
@@ -886,9 +897,10 @@ func (s *Service) headerFor(it *item) *policyHeader {
 func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 	rh := ph.forRule(d.Rule)
 	w, name := rh.window, rh.name
-	if h.policy == "" {
+	switch {
+	case h.policy == "":
 		h.policy = ph.item
-	} else {
+	case h.policy != ph.item && !slices.Contains(h.policies, ph.item): // once each
 		h.policies = append(h.policies, ph.item)
 	}
 	better := !h.hasBest

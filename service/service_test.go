@@ -431,3 +431,20 @@ func TestMetricLabelsStayUTF8(t *testing.T) {
 		t.Errorf("requests: %v", reqs)
 	}
 }
+
+// Decisions by a descriptor's own limit share one rule label: the limits
+// are the caller's to choose, and a series per limit would let callers
+// grow the metrics without bound.
+func TestRequestLimitsShareOneSeries(t *testing.T) {
+	m := service.NewMetrics()
+	e := newEnv(t, service.Options{Metrics: m, AllowRequestLimits: true}, testRules)
+	for n := uint32(11); n <= 15; n++ {
+		own := d("unmatched", "v") // no rule: the own limit alone
+		own.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit_SECOND}
+		e.ask(t, &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{own}})
+	}
+	got := gatherSeries(t, m, "floodgate_decisions_total")
+	if len(got) != 1 || got["domain=t,outcome=ok,rule=_request_limit"] != 5 {
+		t.Fatalf("series: %v", got)
+	}
+}
