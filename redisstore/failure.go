@@ -14,7 +14,10 @@ import (
 
 // breaker stops every call paying the timeout while Redis is down: after
 // threshold failures in a row it opens; after cooldown one call probes
-// Redis (half-open), and its success closes the breaker.
+// Redis (half-open), and its success closes the breaker. A probe whose
+// caller never reports (it left, or found no time to ask Redis) is given
+// up after another cooldown, and the next call probes: the breaker cannot
+// stay open for want of an answer.
 type breaker struct {
 	mu        sync.Mutex
 	threshold int
@@ -23,6 +26,8 @@ type breaker struct {
 	open      bool
 	probing   bool
 	openedAt  time.Time
+	probeAt   time.Time        // when the probe in flight began
+	clock     func() time.Time // time.Now; tests set their own
 	// troubled is set while failures, open or probing is: the healthy
 	// path (every call while Redis answers) reads it and takes no lock.
 	troubled atomic.Bool
@@ -37,11 +42,19 @@ func (b *breaker) allow() bool {
 	if !b.open {
 		return true
 	}
-	if b.probing || time.Since(b.openedAt) < b.cooldown {
+	now := b.now()
+	if b.probing && now.Sub(b.probeAt) < b.cooldown || !b.probing && now.Sub(b.openedAt) < b.cooldown {
 		return false
 	}
-	b.probing = true
+	b.probing, b.probeAt = true, now
 	return true
+}
+
+func (b *breaker) now() time.Time {
+	if b.clock != nil {
+		return b.clock()
+	}
+	return time.Now()
 }
 
 func (b *breaker) success() {
@@ -59,7 +72,7 @@ func (b *breaker) failure() {
 	b.troubled.Store(true)
 	b.failures++
 	if b.probing || b.failures >= b.threshold {
-		b.open, b.probing, b.openedAt = true, false, time.Now()
+		b.open, b.probing, b.openedAt = true, false, b.now()
 	}
 	b.mu.Unlock()
 }

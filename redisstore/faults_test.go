@@ -278,3 +278,33 @@ func TestCallerDeadline(t *testing.T) {
 		t.Fatalf("caller deadline 10s, store timeout 1s: %+v, %v after %v, want a degraded decision at the timeout", d, err, el)
 	}
 }
+
+// Decisions made one at a time through DoBatch (the service's path), with
+// a caller's deadline shorter than the store's timeout, come back to Redis
+// after a stall: the breaker's probe is not lost (DoBatch took the probe
+// and its single Do found the breaker probing, so nobody ever reported).
+func TestBreakerRecoversThroughDoBatch(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: time.Second, BreakerCooldown: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := floodgate.MustPolicy("brk", floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1 << 30, Period: time.Hour, OnStoreFailure: floodgate.FailClosed})
+	decide := func() floodgate.Decision {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		out := make([]floodgate.Decision, 1)
+		if err := s.DoBatch(ctx, time.Now().UnixMicro(), []floodgate.Op{{Policy: p, Key: "k", Cost: 1}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	if d := decide(); d.Degraded || !d.Allowed {
+		t.Fatalf("healthy: %+v", d)
+	}
+	srv.Pause()
+	eventually(t, 5*time.Second, "the breaker opens during the stall", func() bool { decide(); return s.Stats().Breaker })
+	srv.Resume()
+	eventually(t, 3*time.Second, "decisions back on Redis after the stall", func() bool { d := decide(); return !d.Degraded && d.Allowed })
+}

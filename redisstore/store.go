@@ -421,18 +421,18 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 			return errNoPolicy
 		}
 	}
-	if !s.brk.allow() {
-		for i := range ops {
-			out[i] = s.degrade(ctx, now, &ops[i], nil)
-		}
-		return nil
-	}
-	if len(ops) == 1 { // one key: a plain call
+	if len(ops) == 1 { // one key: a plain call (which asks the breaker itself)
 		d, err := s.Do(ctx, now, ops[0])
 		if err != nil {
 			return err
 		}
 		out[0] = d
+		return nil
+	}
+	if !s.brk.allow() {
+		for i := range ops {
+			out[i] = s.degrade(ctx, now, &ops[i], nil)
+		}
 		return nil
 	}
 	sctx, ok := s.storeContext(ctx)
