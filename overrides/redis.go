@@ -175,7 +175,20 @@ func (r *Redis) Get(ctx context.Context, domain, key string) (Override, bool, er
 	if domain == "" || key == "" {
 		return Override{}, false, nil
 	}
-	v, err := r.c.Do(ctx, r.c.B().Hget().Key(r.keys(domain)[0]).Field(key).Build()).AsBytes()
+	// In a goroutine of its own, bounded by ctx: a caller that finds the
+	// connection being made again waits for the making, whatever its
+	// deadline (a paused Redis accepts the connection and never answers
+	// the handshake). Lookups reach here on a cache miss only.
+	ch := make(chan rueidis.RedisResult, 1)
+	cmd := r.c.B().Hget().Key(r.keys(domain)[0]).Field(key).Build()
+	go func() { ch <- r.c.Do(ctx, cmd) }()
+	var res rueidis.RedisResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return Override{}, false, fmt.Errorf("overrides: redis get: %w", ctx.Err())
+	}
+	v, err := res.AsBytes()
 	if rueidis.IsRedisNil(err) {
 		return Override{}, false, nil
 	}

@@ -3,7 +3,9 @@ package overrides
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -326,5 +328,53 @@ func TestRedisCacheSkipsEmptyDomain(t *testing.T) {
 	}
 	if after := c.Stats(); after.Misses != before.Misses || after.NegativeHits != before.NegativeHits || after.Entries != 0 {
 		t.Fatalf("lookups in an empty domain went through the cache: before %+v, after %+v", before, after)
+	}
+}
+
+// A lookup against a paused Redis answers by its deadline, also while
+// rueidis makes its connection again (after its write timeout), which a
+// paused server accepts and never answers the handshake of: callers that
+// found the connection being made waited for the making, hundreds of
+// milliseconds past their deadline.
+func TestRedisGetWithinDeadlineWhilePaused(t *testing.T) {
+	srv := redistest.Standalone(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true,
+		ConnWriteTimeout: 300 * time.Millisecond, Dialer: net.Dialer{Timeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	r := NewRedis(c, "fg")
+	if _, _, err := r.Get(context.Background(), "d", "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	const deadline, margin = 30 * time.Millisecond, 40 * time.Millisecond
+	var mu sync.Mutex
+	var worst time.Duration
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for start := time.Now(); time.Since(start) < 2500*time.Millisecond; {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				t0 := time.Now()
+				_, _, err := r.Get(ctx, "d", fmt.Sprint("k", t0.UnixNano()))
+				el := time.Since(t0)
+				cancel()
+				if err == nil {
+					t.Error("a lookup on a paused Redis succeeded")
+				}
+				mu.Lock()
+				worst = max(worst, el)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("the slowest lookup took %v", worst)
+	if worst > deadline+margin {
+		t.Fatalf("a lookup with a %v deadline took %v", deadline, worst)
 	}
 }

@@ -308,3 +308,50 @@ func TestBreakerRecoversThroughDoBatch(t *testing.T) {
 	srv.Resume()
 	eventually(t, 3*time.Second, "decisions back on Redis after the stall", func() bool { d := decide(); return !d.Degraded && d.Allowed })
 }
+
+// Without coalescing (as in a Cluster), decisions against a paused Redis
+// answer by their caller's deadline, also while rueidis makes its
+// connection again, which a paused server never completes (callers that
+// found the making under way waited for it, past their deadlines).
+func TestUncoalescedWithinDeadlineWhilePaused(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 30 * time.Millisecond, NoCoalescing: true,
+		BreakerThreshold: 1 << 30}) // every call asks Redis
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := floodgate.MustPolicy("nc", floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1 << 30, Period: time.Hour})
+	if _, err := s.Do(context.Background(), time.Now().UnixMicro(), floodgate.Op{Policy: p, Key: "k", Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	const deadline, margin = 50 * time.Millisecond, 40 * time.Millisecond
+	var mu sync.Mutex
+	var worst time.Duration
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for start := time.Now(); time.Since(start) < 2500*time.Millisecond; {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				t0 := time.Now()
+				d, err := s.Do(ctx, time.Now().UnixMicro(), floodgate.Op{Policy: p, Key: "k", Cost: 1})
+				el := time.Since(t0)
+				cancel()
+				if err == nil && !d.Degraded {
+					t.Error("a decision on a paused Redis was not degraded")
+				}
+				mu.Lock()
+				worst = max(worst, el)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("the slowest decision took %v", worst)
+	if worst > deadline+margin {
+		t.Fatalf("a decision with a %v deadline took %v", deadline, worst)
+	}
+}

@@ -393,7 +393,13 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		} // else it left the queue at sctx's end: w belongs to the batch
 	} else {
 		pa, args := s.scriptArgs(now, &op)
-		d, err = s.decideReply(pa, s.call(sctx, key, args))
+		var r rueidis.RedisResult
+		if s.brk.troubled.Load() {
+			r = within(sctx, func() rueidis.RedisResult { return s.call(sctx, key, args) }, rueidis.NewErrorResult)
+		} else {
+			r = s.call(sctx, key, args)
+		}
+		d, err = s.decideReply(pa, r)
 	}
 	if err == nil {
 		s.brk.success()
@@ -471,7 +477,19 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 			pas[i], args = s.scriptArgs(now, &ops[i])
 			execs[i] = rueidis.LuaExec{Keys: []string{s.Key(ops[i].Policy.Name(), ops[i].Key)}, Args: args}
 		}
-		for i, r := range s.execMulti(sctx, execs) {
+		var res []rueidis.RedisResult
+		if s.brk.troubled.Load() {
+			res = within(sctx, func() []rueidis.RedisResult { return s.execMulti(sctx, execs) }, func(err error) []rueidis.RedisResult {
+				res := make([]rueidis.RedisResult, len(execs))
+				for i := range res {
+					res[i] = rueidis.NewErrorResult(err)
+				}
+				return res
+			})
+		} else {
+			res = s.execMulti(sctx, execs)
+		}
+		for i, r := range res {
 			out[i], errs[i] = s.decideReply(pas[i], r)
 		}
 	}
@@ -494,6 +512,26 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 		s.brk.success()
 	}
 	return nil
+}
+
+// within returns f's result, or, if ctx ends first, failed(ctx's error),
+// leaving f to finish in its goroutine. rueidis bounds a command by its
+// context, but a caller that finds its connection being made again waits
+// for the making, whatever its deadline: against a paused or overloaded
+// Redis, which accepts the connection and never answers the handshake, that
+// is the dial and write timeouts, seconds (the coalescer's connections have
+// the same guard: getConn). Calls go through within while Redis has been
+// failing (the breaker is troubled), and straight to rueidis otherwise, so
+// the healthy path pays no goroutine.
+func within[T any](ctx context.Context, f func() T, failed func(error) T) T {
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		return failed(ctx.Err())
+	}
 }
 
 // errNoTime is the error a decision is degraded with when its caller left
