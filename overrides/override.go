@@ -162,6 +162,11 @@ func (o Override) Validate() error {
 		return bad("key", "must not be empty")
 	case len(o.Key) > MaxKeyLen:
 		return bad("key", "at most %d bytes, got %d", MaxKeyLen, len(o.Key))
+	case !utf8.ValidString(o.Key):
+		// store keys are UTF-8 (the service writes a request's invalid
+		// bytes as \xNN); one that is not could not be listed, got or
+		// deleted by what a listing shows
+		return bad("key", "must be UTF-8")
 	case o.Limit <= 0:
 		return bad("limit", "must be positive, got %d", o.Limit)
 	case o.Period < time.Microsecond:
@@ -172,6 +177,8 @@ func (o Override) Validate() error {
 		return bad("burst", "must not be negative, got %d", o.Burst)
 	case len(o.Note) > MaxNoteLen:
 		return bad("note", "at most %d bytes, got %d", MaxNoteLen, len(o.Note))
+	case !utf8.ValidString(o.Note):
+		return bad("note", "must be UTF-8")
 	}
 	r := floodgate.Rule{Name: "override", Algorithm: o.Algorithm, Limit: o.Limit, Period: o.Period, Burst: o.Burst}
 	if r.Algorithm == floodgate.SlidingSubwindow {

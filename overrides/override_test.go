@@ -25,6 +25,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"domain", func(o *Override) { o.Domain = "\xff" }},
 		{"key", func(o *Override) { o.Key = "" }},
 		{"key", func(o *Override) { o.Key = strings.Repeat("k", MaxKeyLen+1) }},
+		{"key", func(o *Override) { o.Key = "user=\xff\xfe" }},
+		{"note", func(o *Override) { o.Note = "caf\xe9" }},
 		{"limit", func(o *Override) { o.Limit = 0 }},
 		{"limit", func(o *Override) { o.Limit = -3 }},
 		{"period", func(o *Override) { o.Period = 0 }},
