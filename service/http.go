@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -61,15 +62,69 @@ func GRPCOptions() []grpc.ServerOption {
 // (SERVING for "" and envoy.service.ratelimit.v3.RateLimitService) and
 // reflection on g. It returns the health server, to mark NOT_SERVING while
 // draining.
-func (s *Service) RegisterGRPC(g *grpc.Server) *health.Server {
+func (s *Service) RegisterGRPC(g *grpc.Server) *Health {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
-	h := health.NewServer()
+	h := &Health{Server: health.NewServer(), drained: make(chan struct{})}
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, h)
 	reflection.Register(g)
 	return h
 }
+
+// Health is grpc-go's health service, made to let a drain finish: Drain
+// marks every service NOT_SERVING and then ends the Watch streams (a
+// watcher is told NOT_SERVING first). A Watch stream otherwise lasts as
+// long as its client keeps it, and grpc.Server.GracefulStop waits for
+// every stream: one load balancer's watch held SIGTERM's drain to its
+// timeout, and the calls still in flight then were cut.
+type Health struct {
+	*health.Server
+	drained chan struct{}
+	once    sync.Once
+}
+
+// Drain marks every service NOT_SERVING, for good, and ends the Watch
+// streams.
+func (h *Health) Drain() {
+	h.once.Do(func() {
+		h.Shutdown()
+		close(h.drained)
+	})
+}
+
+// Watch is health.Server's, ending when Drain is called.
+func (h *Health) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.drained:
+			time.Sleep(drainNotice) // let the NOT_SERVING update reach the watcher
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := h.Server.Watch(req, watchStream{stream, ctx})
+	select {
+	case <-h.drained:
+		return nil // ended by the drain, not by an error
+	default:
+		return err
+	}
+}
+
+// drainNotice is how long a drain leaves the Watch streams to send their
+// NOT_SERVING update before it ends them.
+const drainNotice = 50 * time.Millisecond
+
+// watchStream is a Watch stream under another context.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }
 
 // Readiness says whether the service can decide with its store, and why
 // not (or why degraded).

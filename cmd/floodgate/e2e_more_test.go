@@ -543,3 +543,44 @@ descriptors:
 		t.Fatalf("free_plan alone, second request: %v", r)
 	}
 }
+
+// SIGTERM with a health Watch stream open (a load balancer's, with no
+// deadline): the watcher hears NOT_SERVING for the rate limit service, its
+// stream ends, and the process exits at once instead of at the end of
+// --drain-timeout (GracefulStop waited for the stream).
+func TestServeDrainEndsHealthWatch(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--drain-timeout", "60s")
+	watch, err := healthpb.NewHealthClient(s.conn).Watch(context.Background(),
+		&healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first status: %v %v", r, err)
+	}
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var statuses []healthpb.HealthCheckResponse_ServingStatus
+	for {
+		r, err := watch.Recv()
+		if err != nil {
+			break
+		}
+		statuses = append(statuses, r.Status)
+	}
+	if len(statuses) == 0 || statuses[len(statuses)-1] != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("the watcher heard %v, want NOT_SERVING last", statuses)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("still running %v after SIGTERM with a Watch stream open\n%s", time.Since(start), s.logs())
+	}
+	if s.exit != nil {
+		t.Fatalf("exit: %v\n%s", s.exit, s.logs())
+	}
+}

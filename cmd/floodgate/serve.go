@@ -20,7 +20,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/overrides"
@@ -209,13 +208,17 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 
 	c.serveUntilStopped(ctx, log, loader, errc, "floodgate serving")
 
-	// Drain: stop taking requests, finish those in flight, up to the timeout.
-	health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	// Drain: stop taking requests, finish those in flight, up to the
+	// timeout; gRPC and HTTP at once. Health says NOT_SERVING for every
+	// service and ends its Watch streams, which would hold GracefulStop.
+	health.Drain()
 	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
 	defer cancel()
-	service.Drain(dctx, gs.GracefulStop, gs.Stop)
-	hs.Shutdown(dctx)
-	as.Shutdown(dctx)
+	var drained sync.WaitGroup
+	drained.Go(func() { service.Drain(dctx, gs.GracefulStop, gs.Stop) })
+	drained.Go(func() { hs.Shutdown(dctx) })
+	drained.Go(func() { as.Shutdown(dctx) })
+	drained.Wait()
 	wg.Wait()
 	for i := len(closeFns) - 1; i >= 0; i-- {
 		if err := closeFns[i](); err != nil {
