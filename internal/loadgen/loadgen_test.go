@@ -546,3 +546,44 @@ func TestServeEmptyStock(t *testing.T) {
 		t.Fatalf("--serve-empty --stock exit %d", code)
 	}
 }
+
+// checkCounter counts the requests whose every descriptor has hits_addend
+// 0 (checks) and the others.
+type checkCounter struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	checks, counted atomic.Int64
+}
+
+func (c *checkCounter) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	check := len(req.Descriptors) > 0
+	for _, d := range req.Descriptors {
+		if d.HitsAddend == nil || d.HitsAddend.Value != 0 {
+			check = false
+		}
+	}
+	if check {
+		c.checks.Add(1)
+	} else {
+		c.counted.Add(1)
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
+// The request that checks each connection before the clock starts is a
+// check (hits_addend 0): it consumes nothing, so a limit of 50 shows 50
+// OK in the report, not 49.
+func TestConnectionCheckConsumesNothing(t *testing.T) {
+	c := &checkCounter{}
+	addr := startHandler(t, c)
+	d, _ := ParseDescriptor("user=u")
+	res, err := Run(context.Background(), Config{Addr: addr, Concurrency: 2, Conns: 3, Duration: 100 * time.Millisecond, Descriptors: []Descriptor{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.checks.Load() != 3 {
+		t.Fatalf("%d checks, want one per connection (3)", c.checks.Load())
+	}
+	if uint64(c.counted.Load()) < res.Requests {
+		t.Fatalf("%d counted requests at the server, %d in the report", c.counted.Load(), res.Requests)
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // tally counts outcomes and latencies. One covers the measured window; a
@@ -96,7 +98,7 @@ func (r *run) pick() *rlsv3.RateLimitRequest {
 
 // call sends one request; ref is the time latency is measured from (the
 // actual send time closed-loop, the intended one open-loop).
-func (r *run) call(client rlsv3.RateLimitServiceClient, ref time.Time) {
+func (r *run) call(client rlsv3.RateLimitServiceClient, ref time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	resp, err := client.ShouldRateLimit(ctx, r.pick())
 	cancel()
@@ -105,7 +107,13 @@ func (r *run) call(client rlsv3.RateLimitServiceClient, ref time.Time) {
 		r.win.add(lat, resp, err)
 	}
 	r.interval.Load().add(lat, resp, err)
+	return err
 }
+
+// unreachable is how long a closed-loop caller pauses after a call that
+// found no server (Unavailable): a server gone answers at once, and
+// callers looping on that used a core to count errors.
+const unreachable = 10 * time.Millisecond
 
 // Run performs one benchmark: dials cfg.Addr, checks that it answers, runs
 // the warmup and the measured phase, waits for the requests still in flight
@@ -132,10 +140,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.clients = append(r.clients, rlsv3.NewRateLimitServiceClient(cc))
 	}
 	// One request on every connection: fail fast if the server is not
-	// there, and have the connections up before the clock starts.
+	// there, and have the connections up before the clock starts. A check
+	// (every descriptor's hits_addend 0), so it consumes nothing the
+	// report would not count.
 	for _, c := range r.clients {
 		pctx, cancel := context.WithTimeout(ctx, min(cfg.Timeout, 5*time.Second))
-		_, err := c.ShouldRateLimit(pctx, r.pick(), grpc.WaitForReady(true))
+		check := proto.Clone(r.pick()).(*rlsv3.RateLimitRequest)
+		for _, d := range check.Descriptors {
+			d.HitsAddend = wrapperspb.UInt64(0)
+		}
+		_, err := c.ShouldRateLimit(pctx, check, grpc.WaitForReady(true))
 		cancel()
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
@@ -298,7 +312,9 @@ func (r *run) closedLoop() {
 				if !s.Before(r.end) {
 					return
 				}
-				r.call(client, s)
+				if err := r.call(client, s); status.Code(err) == codes.Unavailable {
+					time.Sleep(unreachable)
+				}
 			}
 		}()
 	}
