@@ -143,3 +143,18 @@ func TestBadURLs(t *testing.T) {
 		t.Errorf("errors must not print passwords: %v", err)
 	}
 }
+
+// A redis:// or rediss:// URL must name its host: rueidis takes none as
+// 127.0.0.1:6379, which on a shared machine is someone else's Redis.
+func TestParseURLNeedsAHost(t *testing.T) {
+	for _, u := range []string{"redis://", "rediss://", "redis://:6380", "redis://user:pw@", "redis:///0", "redis://?db=1"} {
+		if _, err := redisstore.ParseURL(u); err == nil || !strings.Contains(err.Error(), "no host") {
+			t.Errorf("%s: %v, want no host", u, err)
+		}
+	}
+	for _, u := range []string{"redis://127.0.0.1:6380", "redis://u:p@h:1/2", "redis://[::1]:6380", "redis://h"} {
+		if _, err := redisstore.ParseURL(u); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,15 @@ func TestHugeCost(t *testing.T) {
 				t.Errorf("%s: a cost of 2^52 %+v, want refused as too large", p.Name(), want)
 			}
 		}
+	}
+}
+
+// rediss:// to a server without TLS says what is likely wrong, not only
+// that the handshake timed out.
+func TestRedissToPlainServer(t *testing.T) {
+	srv := redistest.Standalone(t)
+	_, err := redisstore.New("rediss://"+srv.Addr, redisstore.Options{})
+	if err == nil || !strings.Contains(err.Error(), "speaks TLS") {
+		t.Fatalf("rediss:// to a plain server: %v", err)
 	}
 }

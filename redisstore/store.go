@@ -141,7 +141,11 @@ func New(rawURL string, opts Options) (*Store, error) {
 	co.MaxFlushDelay = 20 * time.Microsecond
 	c, err := rueidis.NewClient(co)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: connect %s: %w", redact(rawURL), err)
+		hint := ""
+		if co.TLSConfig != nil && errors.Is(err, context.DeadlineExceeded) {
+			hint = " (a rediss:// URL speaks TLS: does the server?)"
+		}
+		return nil, fmt.Errorf("redisstore: connect %s: %w%s", redact(rawURL), err, hint)
 	}
 	s, err := NewWithClient(c, opts)
 	if err != nil {
@@ -202,6 +206,15 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 	}
 	switch scheme {
 	case "redis", "rediss":
+		// a host must be named: rueidis takes none as 127.0.0.1:6379,
+		// which may well be some other Redis
+		host := rest
+		if at := strings.LastIndex(host, "@"); at >= 0 {
+			host = host[at+1:]
+		}
+		if host, _, _ = strings.Cut(host, "/"); host == "" || strings.HasPrefix(host, ":") || strings.HasPrefix(host, "?") {
+			return co, fmt.Errorf("redisstore: store URL %s: no host; want %s://host:port", redact(raw), scheme)
+		}
 		co, err := rueidis.ParseURL(raw)
 		if err != nil {
 			return co, fmt.Errorf("redisstore: store URL %s: %s", redact(raw), strings.ReplaceAll(err.Error(), raw, redact(raw)))
