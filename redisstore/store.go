@@ -377,6 +377,24 @@ func (s *Store) Stats() Stats {
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
 
+// Ping asks Redis (every node of a Cluster) to answer, by ctx's end: what
+// a readiness check needs when no decision has been asked for a while, and
+// so none has found Redis gone. It leaves the breaker as it is.
+func (s *Store) Ping(ctx context.Context) error {
+	ping := func() error {
+		for _, r := range s.client.DoMulti(ctx, s.client.B().Ping().Build()) {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return ping()
+	}
+	return within(ctx, ping, func(err error) error { return err })
+}
+
 // Do performs op in one script call.
 func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
 	if op.Policy == nil {

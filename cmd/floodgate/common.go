@@ -160,6 +160,12 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 		if st := rs.Stats(); st.Breaker {
 			return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
 		}
+		// an idle instance has asked Redis nothing lately: ask it now
+		ctx, cancel := context.WithTimeout(context.Background(), max(2*c.storeTimeout, 100*time.Millisecond))
+		defer cancel()
+		if err := rs.Ping(ctx); err != nil {
+			return false, fmt.Sprintf("degraded: the Redis store does not answer a PING (%v); rules' failure modes would decide", err)
+		}
 		return true, "ready: Redis store"
 	}}, nil
 }
