@@ -268,9 +268,14 @@ func (s *Service) adminList(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-	if limit <= 0 {
-		limit = 100
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > overrides.MaxListLimit {
+			httpError(w, http.StatusBadRequest, "limit: want 1 to %d overrides a page, got %q", overrides.MaxListLimit, v)
+			return
+		}
+		limit = n
 	}
 	list, err := st.List(r.Context(), r.PathValue("domain"), r.URL.Query().Get("after"), limit)
 	if err != nil {

@@ -340,6 +340,11 @@ func TestAdminOverridesAndLongKeys(t *testing.T) {
 	if code, body := call("GET", "/v1/overrides/t", "", auth); code != 200 || strings.TrimSpace(body) != "[]" {
 		t.Fatalf("empty list: %d %s", code, body)
 	}
+	for _, q := range []string{"abc", "-1", "0", "1001"} {
+		if code, _ := call("GET", "/v1/overrides/t?limit="+q, "", auth); code != 400 {
+			t.Errorf("list with limit=%s: %d, want 400", q, code)
+		}
+	}
 	if code, _ := call("GET", "/v1/overrides/t", "", "Bearer wrong"); code != 401 {
 		t.Fatalf("a wrong token: %d", code)
 	}
