@@ -66,7 +66,7 @@ func testStore(t *testing.T, s Store) {
 			t.Fatalf("delete in unknown domain: %v %v", found, err)
 		}
 		// Odd bytes in domains and keys.
-		odd := Override{Domain: "{tag}%x y", Key: "k\x00{}\xff", Limit: 1, Period: time.Millisecond}
+		odd := Override{Domain: "{tag}%x y", Key: "k\x00{}é|%", Limit: 1, Period: time.Millisecond}
 		if err := s.Put(ctx, odd); err != nil {
 			t.Fatal(err)
 		}
