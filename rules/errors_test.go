@@ -676,3 +676,12 @@ func TestLocalTimeZoneRefused(t *testing.T) {
 		t.Fatalf("Local: %v", err)
 	}
 }
+
+// A bucket whose burst is what takes it past the engine's exact arithmetic
+// is reported at its burst, not at requests_per_unit.
+func TestBurstTooLargeNamesBurst(t *testing.T) {
+	_, err := Parse("b.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n      algorithm: token_bucket\n      burst: 99999999999\n"))
+	if err == nil || !strings.Contains(err.Error(), "b.yaml:8: descriptors[0].rate_limit.burst: ") {
+		t.Fatalf("%v", err)
+	}
+}

@@ -679,6 +679,9 @@ func (p *parser) ruleError(err error, specs []*spec, path string, line int) {
 	if f == "requests_per_unit" && strings.HasPrefix(msg, "must be positive") {
 		msg = "must be positive"
 	}
+	if f == "requests_per_unit" && s.has("burst") && s.burst > s.rpu && strings.Contains(msg, "burst") {
+		f = "burst" // the larger number is the one to change
+	}
 	p.add(s.lineOf(f), join(s.path, f), "%s", msg)
 }
 

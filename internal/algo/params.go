@@ -159,7 +159,7 @@ func (p *Params) Prepare() string {
 		p.Unit, p.Rate = p.Period/g, p.Limit/g
 		hi, lo := bits.Mul64(uint64(p.MaxCeiling()), uint64(p.Unit))
 		if hi != 0 || lo >= MaxExact/4 {
-			return "limit: the limit, burst and period together need more than 2^51 units; choose a limit that divides the period more evenly or a shorter period"
+			return "limit: the limit, burst and period together need more than 2^51 units; choose a limit that divides the period more evenly, a smaller burst, or a shorter period"
 		}
 	case TokenBucketInterval:
 		if p.MaxCeiling() >= MaxExact/4 {
