@@ -682,6 +682,10 @@ var unitNames = map[typev3.RateLimitUnit]time.Duration{
 	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
 }
 
+// maxOwnWindow is the longest window a descriptor's own limit may ask for:
+// a hundred years of 365 days (a multiplier beyond overflows a Duration).
+const maxOwnWindow = 100 * 365 * 24 * time.Hour
+
 // requestPolicy builds (and caches) the policy of a descriptor's own limit.
 func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverride) (*floodgate.Policy, error) {
 	w, ok := unitNames[l.Unit]
@@ -689,6 +693,9 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 		return nil, fmt.Errorf("unit %v", l.Unit)
 	}
 	if l.UnitMultiplier != nil && l.UnitMultiplier.Value > 1 {
+		if m := int64(l.UnitMultiplier.Value); m > int64(maxOwnWindow/w) {
+			return nil, fmt.Errorf("unit_multiplier %d: a window of %d × %v is more than %v", m, m, w, maxOwnWindow)
+		}
 		w *= time.Duration(l.UnitMultiplier.Value)
 	}
 	rpu := max(l.RequestsPerUnit, 1) // 0 blocks: the caller does not ask the store (a placeholder)

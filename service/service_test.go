@@ -448,3 +448,16 @@ func TestRequestLimitsShareOneSeries(t *testing.T) {
 		t.Fatalf("series: %v", got)
 	}
 }
+
+// A descriptor's own limit whose window overflows (a year times 300) is
+// refused for what it is, not reported as a negative window.
+func TestOwnLimitWindowTooLong(t *testing.T) {
+	e := newEnv(t, service.Options{AllowRequestLimits: true}, testRules)
+	own := d("user", "v")
+	own.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_YEAR,
+		UnitMultiplier: wrapperspb.UInt32(300)}
+	_, err := e.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{own}})
+	if err == nil || !strings.Contains(err.Error(), "unit_multiplier 300") || strings.Contains(err.Error(), "-") {
+		t.Fatalf("%v", err)
+	}
+}
