@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -351,28 +350,11 @@ func TestRedisGetWithinDeadlineWhilePaused(t *testing.T) {
 	srv.Pause()
 	defer srv.Resume()
 	const deadline, margin = 30 * time.Millisecond, 40 * time.Millisecond
-	var mu sync.Mutex
-	var worst time.Duration
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for start := time.Now(); time.Since(start) < 2500*time.Millisecond; {
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				t0 := time.Now()
-				_, _, err := r.Get(ctx, "d", fmt.Sprint("k", t0.UnixNano()))
-				el := time.Since(t0)
-				cancel()
-				if err == nil {
-					t.Error("a lookup on a paused Redis succeeded")
-				}
-				mu.Lock()
-				worst = max(worst, el)
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
+	worst := redistest.Slowest(4, 2500*time.Millisecond, deadline, func(ctx context.Context) {
+		if _, _, err := r.Get(ctx, "d", fmt.Sprint("k", time.Now().UnixNano())); err == nil {
+			t.Error("a lookup on a paused Redis succeeded")
+		}
+	})
 	t.Logf("the slowest lookup took %v", worst)
 	if worst > deadline+margin {
 		t.Fatalf("a lookup with a %v deadline took %v", deadline, worst)

@@ -328,28 +328,12 @@ func TestUncoalescedWithinDeadlineWhilePaused(t *testing.T) {
 	srv.Pause()
 	defer srv.Resume()
 	const deadline, margin = 50 * time.Millisecond, 40 * time.Millisecond
-	var mu sync.Mutex
-	var worst time.Duration
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for start := time.Now(); time.Since(start) < 2500*time.Millisecond; {
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				t0 := time.Now()
-				d, err := s.Do(ctx, time.Now().UnixMicro(), floodgate.Op{Policy: p, Key: "k", Cost: 1})
-				el := time.Since(t0)
-				cancel()
-				if err == nil && !d.Degraded {
-					t.Error("a decision on a paused Redis was not degraded")
-				}
-				mu.Lock()
-				worst = max(worst, el)
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
+	worst := redistest.Slowest(4, 2500*time.Millisecond, deadline, func(ctx context.Context) {
+		d, err := s.Do(ctx, time.Now().UnixMicro(), floodgate.Op{Policy: p, Key: "k", Cost: 1})
+		if err == nil && !d.Degraded {
+			t.Error("a decision on a paused Redis was not degraded")
+		}
+	})
 	t.Logf("the slowest decision took %v", worst)
 	if worst > deadline+margin {
 		t.Fatalf("a decision with a %v deadline took %v", deadline, worst)

@@ -526,15 +526,7 @@ func TestServeRedisDownDegradesAndRecovers(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
 	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
-	ready := func() (int, string) {
-		resp, err := http.Get("http://" + s.http + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return readyz(t, s.http) }
 	if code, _ := ready(); code != 200 {
 		t.Fatalf("readyz before: %d", code)
 	}
@@ -674,15 +666,7 @@ func TestServeReadyzIdleRedisDown(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
 	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
-	ready := func() (int, string) {
-		resp, err := http.Get("http://" + s.http + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return readyz(t, s.http) }
 	if code, body := ready(); code != 200 {
 		t.Fatalf("readyz with Redis up: %d %s", code, body)
 	}
@@ -692,4 +676,16 @@ func TestServeReadyzIdleRedisDown(t *testing.T) {
 	}
 	srv.Restart(t)
 	waitFor(t, "readyz to recover", func() bool { code, _ := ready(); return code == 200 })
+}
+
+// readyz returns the status and body of GET /readyz at addr.
+func readyz(t *testing.T, addr string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -282,3 +282,30 @@ func Cluster(t testing.TB, n int) *ClusterSet {
 	}
 	return c
 }
+
+// Slowest calls call from workers goroutines at once, each again and
+// again (5 ms apart) for d, each under a context of timeout, and returns
+// the longest any took: what a test of answering by the deadline against
+// a paused server measures.
+func Slowest(workers int, d, timeout time.Duration, call func(ctx context.Context)) time.Duration {
+	var mu sync.Mutex
+	var worst time.Duration
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for start := time.Now(); time.Since(start) < d; {
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				t0 := time.Now()
+				call(ctx)
+				el := time.Since(t0)
+				cancel()
+				mu.Lock()
+				worst = max(worst, el)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	return worst
+}
