@@ -25,7 +25,8 @@ const (
 func sfName(s string) string { return ratehdr.SFString(s) }
 
 func policyItem(sf string, r floodgate.Rule) string {
-	return ratehdr.PolicyItem(sf, r.Limit, ratehdr.Window(r))
+	q, w := ratehdr.Quota(r)
+	return ratehdr.PolicyItem(sf, q, w)
 }
 
 var warningValue = []string{`soft limit exceeded`}
@@ -160,7 +161,8 @@ func (o *Outcome) policyItems() []string {
 				r = x
 			}
 		}
-		return []string{ratehdr.PolicyItem(sfName(o.ruleLm.Name), r.Limit, ratehdr.Window(r))}
+		q, w := ratehdr.Quota(r)
+		return []string{ratehdr.PolicyItem(sfName(o.ruleLm.Name), q, w)}
 	}
 	out := make([]string, len(rs))
 	for i, r := range rs {

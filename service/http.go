@@ -67,6 +67,7 @@ func (s *Service) RegisterGRPC(g *grpc.Server) *Health {
 	h := &Health{Server: health.NewServer(), drained: make(chan struct{})}
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING) // envoyproxy/ratelimit's name for itself
 	healthpb.RegisterHealthServer(g, h)
 	reflection.Register(g)
 	return h
@@ -135,8 +136,10 @@ type Readiness func() (ready bool, why string)
 // GET /healthz, GET /readyz and GET /metrics.
 func (s *Service) HTTPHandler(m *Metrics, ready Readiness) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /json", s.serveJSON)
+	mux.HandleFunc("/json", s.serveJSON) // any method, as envoyproxy/ratelimit takes it
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK\n") })
+	// envoyproxy/ratelimit's liveness path, for probes written for it
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := true, "ready"
 		if ready != nil {

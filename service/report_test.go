@@ -417,3 +417,69 @@ func TestBlockedHeadersAndPolicyOnce(t *testing.T) {
 		t.Fatalf("two descriptors of one limit: RateLimit-Policy %q", h["RateLimit-Policy"])
 	}
 }
+
+// The headers speak of enforced limits with the status's own wait; a
+// shadow-mode limit, never enforced, shows in none of them.
+// duration_until_reset is whole seconds, rounded up, as envoyproxy/ratelimit
+// sends it. A bucket with a burst says its capacity and the time to refill
+// it, so r never exceeds q; a window that is no whole number of seconds is
+// said rounded up.
+func TestHeadersMatchWhatIsEnforced(t *testing.T) {
+	file := `domain: h
+descriptors:
+  - key: normal
+    rate_limit: {unit: minute, requests_per_unit: 100, name: normal}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, name: shadow}
+  - key: three
+    rate_limit: {unit: minute, requests_per_unit: 3, name: three}
+  - key: tb
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 4, name: tb}
+  - key: odd
+    rate_limit: {window: 1500ms, requests_per_unit: 2, name: odd}
+`
+	e := newEnv(t, service.Options{}, file)
+	e.clk.Set(time.Date(2026, 1, 1, 0, 0, 20, 300_000_000, time.UTC)) // 39.7 s left in the minute
+	hdrs := func(r *rlsv3.RateLimitResponse) map[string]string {
+		h := map[string]string{}
+		for _, v := range r.ResponseHeadersToAdd {
+			h[v.Key] = v.Value
+		}
+		return h
+	}
+	var r *rlsv3.RateLimitResponse
+	for range 3 {
+		r = e.ask(t, reqOf("h", d("normal", "n"), d("shadow", "s")))
+	}
+	h := hdrs(r)
+	if r.OverallCode != rlsv3.RateLimitResponse_OK || h["RateLimit-Policy"] != `"normal";q=100;w=60` || h["RateLimit"] != `"normal";r=97;t=40` {
+		t.Errorf("with a shadow limit over: %v %v", r.OverallCode, h)
+	}
+	if got := r.Statuses[0].DurationUntilReset.AsDuration(); got != 40*time.Second {
+		t.Errorf("duration_until_reset %v, want 40s (39.7 s rounded up)", got)
+	}
+
+	// hits beyond the whole limit: the headers say the window's end, as the status does
+	big := d("three", "x")
+	big.HitsAddend = wrapperspb.UInt64(5)
+	r = e.ask(t, reqOf("h", big))
+	h = hdrs(r)
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || h["RateLimit"] != `"three";r=3;t=40` || h["Retry-After"] != "40" ||
+		r.Statuses[0].DurationUntilReset.AsDuration() != 40*time.Second {
+		t.Errorf("hits over the whole limit: %v %v", h, r.Statuses[0].DurationUntilReset)
+	}
+
+	r = e.ask(t, reqOf("h", d("tb", "x")))
+	if h = hdrs(r); h["RateLimit-Policy"] != `"tb";q=4;w=2` || h["RateLimit"] != `"tb";r=3;t=1` {
+		t.Errorf("a bucket with a burst: %v", h)
+	}
+	if h = hdrs(e.ask(t, reqOf("h", d("odd", "x")))); h["RateLimit-Policy"] != `"odd";q=2;w=2` {
+		t.Errorf("a 1.5 s window: %v", h)
+	}
+
+	quiet := newEnv(t, service.Options{NoRateLimitHeaders: true}, file)
+	if r := quiet.ask(t, reqOf("h", d("three", "x"))); len(r.ResponseHeadersToAdd) != 0 {
+		t.Errorf("NoRateLimitHeaders: %v", r.ResponseHeadersToAdd)
+	}
+}

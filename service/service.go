@@ -60,8 +60,12 @@ type Options struct {
 	AllowRequestLimits bool
 	// XRateLimitHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
 	XRateLimitHeaders bool
-	Metrics           *Metrics // may be nil
-	Logger            *slog.Logger
+	// NoRateLimitHeaders leaves out RateLimit-Policy, RateLimit and
+	// Retry-After (envoyproxy/ratelimit sends none: they name the rules
+	// to the clients).
+	NoRateLimitHeaders bool
+	Metrics            *Metrics // may be nil
+	Logger             *slog.Logger
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -375,9 +379,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 				wait = windowLeft(now, ph.rules[0].period)
 				st.DurationUntilReset = setDuration(&p.duration, wait)
 			}
-			// the headers say 0 left, as the status does
-			hdr.add(ph, &floodgate.Decision{Allowed: !it.blockedOver(), ResetAfter: wait, RetryAfter: wait, Rule: ph.rules[0].rule},
-				it.blockedOver() && !it.limit.ShadowMode && !it.limit.QuotaMode)
+			if !it.limit.ShadowMode && !it.limit.QuotaMode { // the headers say 0 left, as the status does
+				hdr.add(ph, &floodgate.Decision{Allowed: !it.blockedOver(), ResetAfter: wait, RetryAfter: wait, Rule: ph.rules[0].rule}, it.blockedOver())
+			}
 			if s.opts.Metrics != nil {
 				s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, it.statKey(), &floodgate.Decision{Allowed: !it.blockedOver()})
 			}
@@ -427,9 +431,21 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		hdr.add(ph, d, over)
+		if !it.limit.ShadowMode && !it.limit.QuotaMode {
+			// the headers speak of the limits that are enforced, and of
+			// the same wait as the status
+			hd := *d
+			if hd.Allowed {
+				hd.ResetAfter = wait
+			} else {
+				hd.RetryAfter = wait
+			}
+			hdr.add(ph, &hd, over)
+		}
 	}
-	resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	if !s.opts.NoRateLimitHeaders || s.opts.XRateLimitHeaders {
+		resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, !s.opts.NoRateLimitHeaders, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
 	resp.DynamicMetadata = dynamicMetadata(items, violations)
 	return resp, nil
 }
@@ -546,11 +562,12 @@ func newResponse(n int) (*rlsv3.RateLimitResponse, []respPart) {
 }
 
 // setDuration is durationpb.New(d), into dst.
+// setDuration sets dst to d in whole seconds, rounded up, as
+// envoyproxy/ratelimit reports duration_until_reset: Envoy's
+// X-RateLimit-Reset takes the seconds alone, so 0.3 s would say 0 (retry
+// now) and 56.3 s would say 56 where the RateLimit header says 57.
 func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration {
-	nanos := d.Nanoseconds()
-	secs := nanos / 1e9
-	nanos -= secs * 1e9
-	dst.Seconds, dst.Nanos = secs, int32(nanos)
+	dst.Seconds, dst.Nanos = ratehdr.CeilSeconds(d), 0
 	return dst
 }
 
@@ -886,11 +903,11 @@ func (s *Service) headerFor(it *item) *policyHeader {
 		}
 		rh.fixed = r.Algorithm == floodgate.FixedWindow && rh.period > 0
 		ph.rules[i] = rh
-		q := r.Limit
+		q, w := ratehdr.Quota(r)
 		if it.limit != nil && it.limit.Blocked {
 			q = 0 // the policy's rule holds a placeholder of 1
 		}
-		items[i] = ratehdr.PolicyItem(rh.name, q, rh.window)
+		items[i] = ratehdr.PolicyItem(rh.name, q, w)
 	}
 	ph.item = strings.Join(items, ", ")
 	if s.policyHeaderCount.Add(1) > maxPolicies {
@@ -930,7 +947,7 @@ func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 // draft-ietf-httpapi-ratelimit-headers-11 (structured fields: a quoted
 // policy name with q (quota), w (window, seconds); r (remaining), t
 // (seconds until reset)), Retry-After when over, and X-RateLimit-* if asked.
-func (h *headerState) headers(dst []*corev3.HeaderValue, legacy, over bool) []*corev3.HeaderValue {
+func (h *headerState) headers(dst []*corev3.HeaderValue, draft, legacy, over bool) []*corev3.HeaderValue {
 	if !h.hasBest {
 		return nil
 	}
@@ -944,11 +961,13 @@ func (h *headerState) headers(dst []*corev3.HeaderValue, legacy, over bool) []*c
 	if len(h.policies) > 0 {
 		policy += ", " + strings.Join(h.policies, ", ")
 	}
-	var buf [96]byte
-	dst = appendHeader(dst, "RateLimit-Policy", policy)
-	dst = appendHeader(dst, "RateLimit", string(ratehdr.AppendLimit(buf[:0], h.name, d.Remaining, reset)))
-	if over {
-		dst = appendHeader(dst, "Retry-After", strconv.FormatInt(max(secs, 1), 10))
+	if draft {
+		var buf [96]byte
+		dst = appendHeader(dst, "RateLimit-Policy", policy)
+		dst = appendHeader(dst, "RateLimit", string(ratehdr.AppendLimit(buf[:0], h.name, d.Remaining, reset)))
+		if over {
+			dst = appendHeader(dst, "Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		}
 	}
 	if legacy {
 		dst = appendHeader(dst, "X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))

@@ -251,7 +251,7 @@ func TestServeGRPCHealthAndReflection(t *testing.T) {
 	const rls = "envoy.service.ratelimit.v3.RateLimitService"
 
 	health := healthpb.NewHealthClient(s.conn)
-	for _, svc := range []string{"", rls} {
+	for _, svc := range []string{"", rls, "ratelimit"} { // "ratelimit": envoyproxy/ratelimit's name
 		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health of %q: %v %v, want SERVING", svc, r, err)
@@ -259,6 +259,18 @@ func TestServeGRPCHealthAndReflection(t *testing.T) {
 	}
 	if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("health of an unknown service: %v, want NotFound", err)
+	}
+	// envoyproxy/ratelimit's HTTP liveness path, and /json by any method, as there
+	if resp, err := http.Get("http://" + s.http + "/healthcheck"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /healthcheck: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	req, _ := http.NewRequest("PUT", "http://"+s.http+"/json", strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"h"}]}]}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT /json: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	stream, err := reflectionpb.NewServerReflectionClient(s.conn).ServerReflectionInfo(ctx)

@@ -34,6 +34,7 @@ type serveConfig struct {
 	grpcAddr, httpAddr             string
 	tlsCert, tlsKey, tlsClientCA   string
 	allowRequestLimits, xRateLimit bool
+	noRateLimit                    bool
 }
 
 func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -48,6 +49,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", envString("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
 	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
+	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -144,7 +146,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	closeFns = append(closeFns, cache.Close) // closes the store under it too
 
 	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, Metrics: metrics, Logger: log})
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, Metrics: metrics, Logger: log})
 	loader.svc = svc
 
 	// Listeners.

@@ -55,9 +55,24 @@ func CeilSeconds(d time.Duration) int64 {
 }
 
 // PolicyItem renders one RateLimit-Policy item; name must come from
-// SFString. The window is at least one second.
+// SFString. The window is in whole seconds, rounded up (a window of 1.5 s
+// said as 1 would have clients send half as much again), and at least one.
 func PolicyItem(name string, quota int64, window time.Duration) string {
-	return name + ";q=" + strconv.FormatInt(max(quota, 0), 10) + ";w=" + strconv.FormatInt(max(1, int64(window/time.Second)), 10)
+	return name + ";q=" + strconv.FormatInt(max(quota, 0), 10) + ";w=" + strconv.FormatInt(max(1, CeilSeconds(window)), 10)
+}
+
+// Quota is a rule as a RateLimit-Policy item says it: its limit over its
+// window (Window); but a bucket whose burst is above its limit holds burst
+// requests and refills them in period × burst / limit, which it says, so
+// that the remaining count (r) never exceeds the quota (q).
+func Quota(r floodgate.Rule) (quota int64, window time.Duration) {
+	switch r.Algorithm {
+	case floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.LeakyBucketShaper, floodgate.GCRA:
+		if r.Burst > r.Limit && r.Limit > 0 {
+			return r.Burst, time.Duration(float64(r.Period) * float64(r.Burst) / float64(r.Limit))
+		}
+	}
+	return r.Limit, Window(r)
 }
 
 // AppendLimit appends one RateLimit item to dst; name must come from
