@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,22 @@ type Policy struct {
 	width   int
 	elastic uint64 // bit i: rule i is elastic
 	seq     uint64
+	// attached is what stores keep about the policy (Attached)
+	attached sync.Map
+}
+
+// Attached returns the value kept with p under key (a store's own, say its
+// prepared call arguments for p), made by build the first time it is
+// asked for. The value lives as long as p does: a store keeps nothing per
+// policy in a map of its own, which every reload of the rules (new policy
+// objects) would grow. build may run more than once for one key when
+// callers race; one of its values is kept.
+func (p *Policy) Attached(key any, build func() any) any {
+	if v, ok := p.attached.Load(key); ok {
+		return v
+	}
+	v, _ := p.attached.LoadOrStore(key, build())
+	return v
 }
 
 var policySeq atomic.Uint64

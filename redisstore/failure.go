@@ -87,8 +87,7 @@ func (b *breaker) isOpen() bool {
 // denies; rules that fail to a local limit are enforced in process memory
 // at their share; rules that fail open drop out.
 type fallback struct {
-	mem   *memstore.Store
-	plans sync.Map // *floodgate.Policy → *plan
+	mem *memstore.Store
 }
 
 type plan struct {
@@ -109,9 +108,11 @@ func newFallback() (*fallback, error) {
 func (f *fallback) close() error { return f.mem.Close() }
 
 func (f *fallback) plan(p *floodgate.Policy) *plan {
-	if pl, ok := f.plans.Load(p); ok {
-		return pl.(*plan)
-	}
+	return p.Attached(f, func() any { return f.newPlan(p) }).(*plan)
+}
+
+// newPlan builds p's plan (see plan).
+func (f *fallback) newPlan(p *floodgate.Policy) *plan {
 	rules := p.Rules()
 	pl := &plan{first: rules[0]}
 	var local []floodgate.Rule
@@ -143,8 +144,7 @@ func (f *fallback) plan(p *floodgate.Policy) *plan {
 			pl.local = lp
 		}
 	}
-	v, _ := f.plans.LoadOrStore(p, pl)
-	return v.(*plan)
+	return pl
 }
 
 func (f *fallback) decide(ctx context.Context, now int64, op *floodgate.Op) floodgate.Decision {

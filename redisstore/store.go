@@ -93,7 +93,6 @@ type Store struct {
 	co          *coalescer // nil: every decision is a call of its own
 	batchAlways bool       // tests: a lone decision goes through BatchFunction too
 
-	args sync.Map // *floodgate.Policy → *policyArgs
 
 	libMu      sync.Mutex
 	libLoaded  atomic.Bool // the function library is loaded on every node
@@ -337,13 +336,15 @@ func (s *Store) Key(policy, key string) string {
 	return b.String()
 }
 
+// policyArgs returns p's prepared arguments, kept with p (so they go when
+// p does: a map of policies here grew at every reload of the rules).
 func (s *Store) policyArgs(p *floodgate.Policy) *policyArgs {
-	if pa, ok := s.args.Load(p); ok {
-		return pa.(*policyArgs)
-	}
-	pa, _ := s.args.LoadOrStore(p, newPolicyArgs(p))
-	return pa.(*policyArgs)
+	return p.Attached(argsKey{}, func() any { return newPolicyArgs(p) }).(*policyArgs)
 }
+
+// argsKey is the key of a policy's prepared arguments (Policy.Attached):
+// they depend on the policy alone, so every store shares them.
+type argsKey struct{}
 
 func (s *Store) scriptArgs(now int64, op *floodgate.Op) (*policyArgs, []string) {
 	pa, o := s.nums(now, op)
