@@ -75,7 +75,6 @@ type Store struct {
 	shards int
 	shift  uint
 
-	reg     atomic.Pointer[map[*floodgate.Policy]*table]
 	last    atomic.Pointer[binding] // the last policy looked up, most often the next
 	mu      sync.Mutex              // guards byName, pending and reg's writes
 	byName  map[string]*table
@@ -124,8 +123,6 @@ func New(opts Options) (*Store, error) {
 	}
 	b := bits.Len(uint(opts.Shards - 1))
 	s.shards, s.shift = 1<<b, uint(64-b)
-	reg := map[*floodgate.Policy]*table{}
-	s.reg.Store(&reg)
 	var seed [16]byte
 	if err := randRead(seed[:]); err != nil {
 		return nil, err
@@ -240,15 +237,24 @@ func (s *Store) hash(key string) uint64 {
 	return h
 }
 
-// table returns the table of p, creating or migrating it on first sight.
+// table returns the table of p, creating or migrating it on first sight
+// of the policy object. The table is kept with the policy
+// (Policy.Attached): looking it up takes no lock, and a policy object no
+// one uses any more takes its entry with it (a map of policies here had to
+// be copied whole at each new one, which made loading many policies
+// quadratic).
 func (s *Store) table(p *floodgate.Policy, now int64) *table {
 	if b := s.last.Load(); b != nil && b.p == p {
 		return b.t
 	}
-	if t, ok := (*s.reg.Load())[p]; ok {
-		s.last.Store(&binding{p, t})
-		return t
-	}
+	t := p.Attached(s, func() any { return s.bind(p, now) }).(*table)
+	s.last.Store(&binding{p, t})
+	return t
+}
+
+// bind finds p's table by name, creating it (from the snapshot's state,
+// if it has some) or migrating it to p when p is a newer version.
+func (s *Store) bind(p *floodgate.Policy, now int64) *table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.byName[p.Name()]
@@ -263,18 +269,6 @@ func (s *Store) table(p *floodgate.Policy, now int64) *table {
 	case p.Version() > t.policy.Load().Version():
 		t.migrate(p, now)
 	}
-	// Copy on write. Old versions of a policy keep their entry (a limiter
-	// may still hold one) until 256 entries accumulate; then only current
-	// versions stay, and an old one finds its table by name again.
-	old := *s.reg.Load()
-	reg := make(map[*floodgate.Policy]*table, len(old)+1)
-	for k, v := range old {
-		if v.policy.Load() == k || len(old) < 256 {
-			reg[k] = v
-		}
-	}
-	reg[p] = t
-	s.reg.Store(&reg)
 	return t
 }
 
