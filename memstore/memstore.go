@@ -284,7 +284,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 	}
 	t := s.table(op.Policy, now)
 	h := s.hash(op.Key)
-	sh := &t.shards[h>>s.shift]
+	sh := &t.shards[h>>t.shift]
 	sh.mu.Lock()
 	sh.do(t, h, now, &op, &d)
 	sh.mu.Unlock()

@@ -324,3 +324,30 @@ func TestNewPolicyCostIsFlat(t *testing.T) {
 		t.Fatalf("a new policy allocates %d bytes after 8,000 policies, %d among the first: the cost grows with the count", later, first)
 	}
 }
+
+// The memory cap holds with policies of wide state: sliding logs of 10,000
+// keep 80 KB a key, and 40 of them flooded with distinct keys took 3 GB
+// past a 1 GiB cap (every shard of few keys grew, 64 shards a policy).
+func TestMemoryCapWithWideStates(t *testing.T) {
+	const capBytes = 64 << 20
+	s := memstore.MustNew(memstore.Options{MaxMemory: capBytes})
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 40 {
+		p := floodgate.MustPolicy(fmt.Sprint("log", i), floodgate.Rule{Name: "r", Algorithm: floodgate.SlidingLog, Limit: 10000, Period: time.Hour})
+		for k := range 200 {
+			if _, err := s.Do(ctx, 1_000_000, floodgate.Op{Policy: p, Key: fmt.Sprint("k", k), Cost: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := s.Stats()
+	t.Logf("%d keys, %d MB, %d evicted", st.Keys, st.Bytes>>20, st.Evicted)
+	// the cap, and each table's first allocation (which a key must have)
+	if st.Bytes > capBytes+40<<20 {
+		t.Fatalf("%d MB held under a cap of %d MB", st.Bytes>>20, capBytes>>20)
+	}
+	if st.Evicted == 0 {
+		t.Fatal("nothing evicted: the flood did not reach the cap")
+	}
+}

@@ -295,7 +295,7 @@ func (s *Store) adopt(t *table, snap *snapTable, now int64) {
 		if p.Consumption(state, now) == 0 {
 			continue
 		}
-		sh := &t.shards[h>>s.shift]
+		sh := &t.shards[h>>t.shift]
 		i := sh.insert(t, p, h, now)
 		copy(sh.state(i), state)
 	}

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -15,6 +16,7 @@ type table struct {
 	store  *Store
 	policy atomic.Pointer[floodgate.Policy] // swapped only with every shard locked
 	shards []shard
+	shift  uint // a key's shard is its hash >> shift
 }
 
 type shard struct {
@@ -30,8 +32,33 @@ type shard struct {
 
 const minSlots = 8
 
+// wideSlotBytes bounds a new shard's table for wide states: a sliding log
+// of 10,000 keeps 80 KB a key, and 64 shards of 8 slots each would take
+// 41 MB a policy before the memory cap has a say.
+const wideSlotBytes = 64 << 10
+
+// initialSlots is how many slots a shard starts with for states of w
+// words: minSlots, fewer (down to 2) when they would pass wideSlotBytes.
+func initialSlots(w int) int {
+	slots := minSlots
+	for slots > 2 && slots*w*8 > wideSlotBytes {
+		slots /= 2
+	}
+	return slots
+}
+
+// wideTableBytes bounds what a new table's shards take at their first key
+// each: a table of wide states (a sliding log) has fewer shards, so that a
+// few such policies cannot pass the memory cap with a handful of keys.
+const wideTableBytes = 1 << 20
+
 func (s *Store) newTable(p *floodgate.Policy) *table {
-	t := &table{store: s, shards: make([]shard, s.shards)}
+	w := 1 + p.Width()
+	n := s.shards
+	for n > 1 && n*initialSlots(w)*w*8 > wideTableBytes {
+		n /= 2
+	}
+	t := &table{store: s, shards: make([]shard, n), shift: uint(64 - bits.Len(uint(n-1)))}
 	t.policy.Store(p)
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -95,21 +122,23 @@ func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int 
 		sh.evict(t, p, now)
 	}
 	if sh.words == nil {
-		sh.resize(t, minSlots)
+		sh.resize(t, initialSlots(sh.w))
 	}
 	if (sh.n+1)*8 > (sh.mask+1)*7 {
 		growth := int64(len(sh.words)) * 8
 		switch {
-		case s.bytes.Load()+growth <= int64(s.opts.MaxMemory) || sh.n < evictSample:
+		case s.bytes.Load()+growth <= int64(s.opts.MaxMemory) || sh.n == 0:
 			// Full enough to grow: first drop fresh keys; grow unless that
 			// freed a good share.
 			if freed := sh.sweep(t, now); sh.words == nil {
-				sh.resize(t, minSlots)
+				sh.resize(t, initialSlots(sh.w))
 			} else if freed*4 < sh.n || (sh.n+1)*8 > (sh.mask+1)*7 {
 				sh.resize(t, 2*(sh.mask+1))
 			}
 		default:
-			// Growing would pass the memory cap: make room instead.
+			// Growing would pass the memory cap: make room instead, in
+			// a shard of few keys too (wide states fill the cap with
+			// few keys a shard).
 			sh.evict(t, p, now)
 		}
 	}
