@@ -132,6 +132,18 @@ func New(opts Options) (*Store, error) {
 		if err := s.restore(opts.SnapshotPath); err != nil {
 			return nil, err
 		}
+		// Fill the tables now, not at each policy's first decision: that
+		// held the store's lock (every policy's first decision) for
+		// seconds after a restart with millions of keys, and callers
+		// with a deadline (Envoy's 20 ms) failed meanwhile.
+		now := opts.Clock.NowMicro()
+		for name, snap := range s.pending {
+			t := s.newTable(snap.policy)
+			s.adopt(t, snap, now)
+			t.restored = true
+			s.byName[name] = t
+			delete(s.pending, name)
+		}
 	}
 	if opts.SweepInterval > 0 || opts.SnapshotPath != "" {
 		s.wg.Add(1)
@@ -266,8 +278,9 @@ func (s *Store) bind(p *floodgate.Policy, now int64) *table {
 			s.adopt(t, snap, now)
 		}
 		s.byName[p.Name()] = t
-	case p.Version() > t.policy.Load().Version():
+	case t.restored || p.Version() > t.policy.Load().Version():
 		t.migrate(p, now)
+		t.restored = false
 	}
 	return t
 }

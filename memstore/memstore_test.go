@@ -351,3 +351,30 @@ func TestMemoryCapWithWideStates(t *testing.T) {
 		t.Fatal("nothing evicted: the flood did not reach the cap")
 	}
 }
+
+// A snapshot's tables are filled when the store opens, and the live policy
+// takes its table over even when it was made before the store (serve loads
+// its rules first, so the live policy is older than the snapshot's copy):
+// the changed limit applies to the restored consumption.
+func TestSnapshotTakenOverByOlderPolicyObject(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s1 := newStore(t, memstore.Options{SnapshotPath: path, Clock: clk})
+	l1 := floodgate.NewLimiter(perMinute("p", 100), s1, floodgate.WithClock(clk))
+	for range 60 {
+		l1.Allow(ctx, "k")
+	}
+	if err := s1.Snapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	live := perMinute("p", 200) // made before the store that restores
+	s2 := newStore(t, memstore.Options{SnapshotPath: path, Clock: clk})
+	if st := s2.Stats(); st.Keys != 1 {
+		t.Fatalf("restored store holds %d keys before any decision, want 1", st.Keys)
+	}
+	d, _ := floodgate.NewLimiter(live, s2, floodgate.WithClock(clk)).Allow(ctx, "k")
+	if !d.Allowed || d.Limit != 200 || d.Remaining != 139 {
+		t.Fatalf("%+v, want the 200 limit with 60 restored and 1 more consumed (139 left)", d)
+	}
+}

@@ -17,6 +17,11 @@ type table struct {
 	policy atomic.Pointer[floodgate.Policy] // swapped only with every shard locked
 	shards []shard
 	shift  uint // a key's shard is its hash >> shift
+	// restored: the table was made at start from a snapshot, under the
+	// snapshot's copy of its policy; the first live version of the policy
+	// takes it over whatever its version number (made before the store,
+	// say, as serve loads its rules first)
+	restored bool
 }
 
 type shard struct {
