@@ -93,7 +93,6 @@ type Store struct {
 	co          *coalescer // nil: every decision is a call of its own
 	batchAlways bool       // tests: a lone decision goes through BatchFunction too
 
-
 	libMu      sync.Mutex
 	libLoaded  atomic.Bool // the function library is loaded on every node
 	scriptMode atomic.Bool // the server has no functions: EVALSHA instead
