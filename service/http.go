@@ -59,9 +59,9 @@ func GRPCOptions() []grpc.ServerOption {
 }
 
 // RegisterGRPC registers the rate-limit service, the gRPC health service
-// (SERVING for "" and envoy.service.ratelimit.v3.RateLimitService) and
-// reflection on g. It returns the health server, to mark NOT_SERVING while
-// draining.
+// (SERVING for "", envoy.service.ratelimit.v3.RateLimitService and
+// "ratelimit", envoyproxy/ratelimit's name) and reflection on g. It returns
+// the health service, whose Drain a shutdown calls first.
 func (s *Service) RegisterGRPC(g *grpc.Server) *Health {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	h := &Health{Server: health.NewServer(), drained: make(chan struct{})}
