@@ -221,14 +221,31 @@ func (s *Store) background() {
 
 // Sweep drops every key whose state is fresh at now (microseconds).
 func (s *Store) Sweep(now int64) {
+	var empty []*table
 	for _, t := range s.tables() {
+		n := 0
 		for i := range t.shards {
 			sh := &t.shards[i]
 			sh.mu.Lock()
 			sh.sweep(t, now)
+			n += sh.n
 			sh.mu.Unlock()
 		}
+		if n == 0 {
+			empty = append(empty, t)
+		}
 	}
+	// A table restored from a snapshot that no policy has taken over (its
+	// rule is gone) goes once its keys have: kept, it was written into
+	// every snapshot for good. No policy holds it, so none can fill it
+	// meanwhile: bind, which would, clears restored under s.mu.
+	s.mu.Lock()
+	for _, t := range empty {
+		if name := t.policy.Load().Name(); t.restored && s.byName[name] == t {
+			delete(s.byName, name)
+		}
+	}
+	s.mu.Unlock()
 }
 
 func (s *Store) tables() []*table {

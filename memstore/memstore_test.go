@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -376,5 +377,37 @@ func TestSnapshotTakenOverByOlderPolicyObject(t *testing.T) {
 	d, _ := floodgate.NewLimiter(live, s2, floodgate.WithClock(clk)).Allow(ctx, "k")
 	if !d.Allowed || d.Limit != 200 || d.Remaining != 139 {
 		t.Fatalf("%+v, want the 200 limit with 60 restored and 1 more consumed (139 left)", d)
+	}
+}
+
+// A table restored from a snapshot whose policy no longer exists goes once
+// its keys have expired: it was written into every later snapshot for good.
+func TestRestoredTableOfAGonePolicyIsDropped(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(t0)
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s1 := newStore(t, memstore.Options{SnapshotPath: path, Clock: clk})
+	floodgate.NewLimiter(perMinute("gone", 10), s1, floodgate.WithClock(clk)).Allow(ctx, "k")
+	floodgate.NewLimiter(perMinute("kept", 10), s1, floodgate.WithClock(clk)).Allow(ctx, "k")
+	if err := s1.Snapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(t, memstore.Options{SnapshotPath: path, Clock: clk})
+	kept := floodgate.NewLimiter(perMinute("kept", 10), s2, floodgate.WithClock(clk))
+	kept.Allow(ctx, "k")
+	clk.Advance(2 * time.Minute)
+	s2.Sweep(clk.NowMicro())
+	kept.Allow(ctx, "k2") // the live policy's table stays, and holds its key
+	path2 := filepath.Join(t.TempDir(), "again.snap")
+	if err := s2.Snapshot(path2); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), `"gone"`) || !strings.Contains(string(data), `"kept"`) {
+		t.Fatalf("the snapshot after the sweep: gone's table %v, kept's %v; want kept's alone",
+			strings.Contains(string(data), `"gone"`), strings.Contains(string(data), `"kept"`))
 	}
 }
