@@ -763,7 +763,14 @@ func (s *Service) cachedPolicy(sig string, build func() (*floodgate.Policy, erro
 		return nil, err
 	}
 	if len(s.policies) >= maxPolicies {
-		clear(s.policies)
+		// One out, at random (a map's order is): clearing them all made
+		// every request rebuild its policy while more than maxPolicies
+		// override number sets were in use (20,000 took decisions to
+		// about 1,300 a second).
+		for k := range s.policies {
+			delete(s.policies, k)
+			break
+		}
 	}
 	s.policies[sig] = p
 	return p, nil
