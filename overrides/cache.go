@@ -211,6 +211,12 @@ func (c *Cache) shard(domain, key string) *cacheShard {
 	return &c.shards[(h^h>>32)&c.mask]
 }
 
+// MayHave reports whether domain may have overrides: false when the store
+// below knows it has none (Bolt exactly; Redis from a recent check).
+func (c *Cache) MayHave(domain string) bool {
+	return c.known == nil || c.known.MayHave(domain)
+}
+
 // Get returns the override of key in domain, from memory when it can.
 func (c *Cache) Get(ctx context.Context, domain, key string) (Override, bool, error) {
 	if c.known != nil && !c.known.MayHave(domain) {

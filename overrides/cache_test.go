@@ -401,3 +401,21 @@ func TestCacheStorePanics(t *testing.T) {
 		t.Fatalf("after the panic: %v %v", ok, err)
 	}
 }
+
+// Cache.MayHave passes on what the store below knows of its domains, so a
+// caller can skip a lookup (and what it sets up for one) in a domain with
+// no overrides.
+func TestCacheMayHave(t *testing.T) {
+	b, err := OpenBolt(t.TempDir() + "/o.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCache(b, 16, 0)
+	t.Cleanup(func() { c.Close() })
+	if err := c.Put(context.Background(), Override{Domain: "has", Key: "k", Limit: 1, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if !c.MayHave("has") || c.MayHave("none") {
+		t.Fatalf("MayHave: has %v, none %v; want true, false", c.MayHave("has"), c.MayHave("none"))
+	}
+}

@@ -578,6 +578,9 @@ func (s *Service) override(ctx context.Context, domain, key string) (overrides.O
 	if t := s.overrideFailed.Load(); t != 0 && time.Since(time.Unix(0, t)) < time.Second {
 		return overrides.Override{}, false, nil
 	}
+	if k, ok := s.opts.Overrides.(interface{ MayHave(string) bool }); ok && !k.MayHave(domain) {
+		return overrides.Override{}, false, nil // no lookup, and no context for one
+	}
 	lctx := withLazyTimeout(ctx, s.opts.OverrideTimeout)
 	o, ok, err := s.opts.Overrides.Get(lctx, domain, key)
 	lctx.stop()
