@@ -273,12 +273,21 @@ func (r *Redis) Watch(onChange func(domain, key string), onReset func()) (stop f
 	}()
 	return func() {
 		mu.Lock()
-		stopped = true
+		stopped = true // no callback runs from now on
 		mu.Unlock()
 		cancel()
-		<-done
+		// The watcher leaves at once on a Redis that answers; a frozen
+		// one holds its connection's release (an UNSUBSCRIBE never
+		// answered), which held a shutting-down service for seconds.
+		select {
+		case <-done:
+		case <-time.After(watchStopWait):
+		}
 	}
 }
+
+// watchStopWait is how long stop waits for the watcher to leave.
+const watchStopWait = 250 * time.Millisecond
 
 // watchOnce subscribes once and returns when the connection breaks or ctx
 // ends.

@@ -360,3 +360,34 @@ func TestRedisGetWithinDeadlineWhilePaused(t *testing.T) {
 		t.Fatalf("a lookup with a %v deadline took %v", deadline, worst)
 	}
 }
+
+// Stopping a watch on a paused Redis returns promptly: it waited for the
+// subscription's connection to be released, which a paused Redis holds
+// (a service's shutdown took seconds).
+func TestWatchStopsOnPausedRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	r := NewRedis(redisClient(t, srv.Addr), "fg")
+	changed := make(chan struct{}, 16)
+	stop := r.Watch(func(string, string) { changed <- struct{}{} }, func() {})
+	// subscribed once a change comes through
+	deadline := time.After(10 * time.Second)
+	for subscribed := false; !subscribed; {
+		if err := r.Put(context.Background(), Override{Domain: "d", Key: "k", Limit: 1, Period: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+			subscribed = true
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the watch never saw a change")
+		}
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	stop()
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("stop took %v with Redis paused", el)
+	}
+}
