@@ -74,8 +74,9 @@ type Service struct {
 	opts  Options
 	rules atomic.Pointer[rules.Config]
 
-	mu       sync.Mutex
-	policies map[string]*floodgate.Policy // by override signature
+	mu        sync.Mutex
+	policies  map[string]*floodgate.Policy // by override signature
+	ownLimits map[string]struct{}          // the own limits' signatures seen (maxOwnLimits)
 
 	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
 	policyHeaderCount atomic.Int64
@@ -95,7 +96,7 @@ func New(cfg *rules.Config, opts Options) *Service {
 	if opts.OverrideTimeout <= 0 {
 		opts.OverrideTimeout = 50 * time.Millisecond
 	}
-	s := &Service{opts: opts, policies: map[string]*floodgate.Policy{}}
+	s := &Service{opts: opts, policies: map[string]*floodgate.Policy{}, ownLimits: map[string]struct{}{}}
 	s.rules.Store(cfg)
 	return s
 }
@@ -238,6 +239,12 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		// domains the rules know, whatever the descriptor matches.
 		if d.Limit != nil && s.opts.AllowRequestLimits && cfg.Domain(req.Domain) != nil {
 			p, err := s.requestPolicy(d.Limit)
+			if errors.Is(err, errTooManyOwnLimits) {
+				// the rules decide, as without --allow-request-limits
+				s.logOnce("a descriptor's own limit ignored", "err", err)
+				it.key = boundKey(it.key)
+				continue
+			}
 			if err != nil {
 				return nil, badRequest("descriptors[%d].limit: %v", i, err)
 			}
@@ -702,6 +709,14 @@ var unitNames = map[typev3.RateLimitUnit]time.Duration{
 	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
 }
 
+// maxOwnLimits bounds the distinct own limits (requests_per_unit and
+// window) callers may use: each is a policy, and a table of its own in the
+// memory store, kept for good; beyond, a descriptor's own limit is ignored
+// and the rules decide.
+const maxOwnLimits = 4096
+
+var errTooManyOwnLimits = fmt.Errorf("more than %d distinct own limits are in use", maxOwnLimits)
+
 // maxOwnWindow is the longest window a descriptor's own limit may ask for:
 // a hundred years of 365 days (a multiplier beyond overflows a Duration).
 const maxOwnWindow = 100 * 365 * 24 * time.Hour
@@ -720,6 +735,14 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 	}
 	rpu := max(l.RequestsPerUnit, 1) // 0 blocks: the caller does not ask the store (a placeholder)
 	sig := fmt.Sprintf("request|%d|%d", rpu, w)
+	s.mu.Lock()
+	_, seen := s.ownLimits[sig]
+	if !seen && len(s.ownLimits) >= maxOwnLimits {
+		s.mu.Unlock()
+		return nil, errTooManyOwnLimits
+	}
+	s.ownLimits[sig] = struct{}{}
+	s.mu.Unlock()
 	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
 		return floodgate.NewPolicy(sig, floodgate.Rule{Name: fmt.Sprintf("%d/%s", rpu, w), Algorithm: floodgate.FixedWindow, Limit: int64(rpu), Period: w})
 	})
