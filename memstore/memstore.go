@@ -72,8 +72,7 @@ type Options struct {
 type Store struct {
 	k0, k1 uint64
 	opts   Options
-	shards int
-	shift  uint
+	shards int // a table's shards at most (fewer for wide states: newTable)
 
 	last    atomic.Pointer[binding] // the last policy looked up, most often the next
 	mu      sync.Mutex              // guards byName, pending and reg's writes
@@ -122,7 +121,7 @@ func New(opts Options) (*Store, error) {
 		stop:    make(chan struct{}),
 	}
 	b := bits.Len(uint(opts.Shards - 1))
-	s.shards, s.shift = 1<<b, uint(64-b)
+	s.shards = 1 << b
 	var seed [16]byte
 	if err := randRead(seed[:]); err != nil {
 		return nil, err

@@ -310,9 +310,12 @@ func TestBreakerRecoversThroughDoBatch(t *testing.T) {
 }
 
 // Without coalescing (as in a Cluster), decisions against a paused Redis
-// answer by their caller's deadline, also while rueidis makes its
-// connection again, which a paused server never completes (callers that
-// found the making under way waited for it, past their deadlines).
+// answer by their caller's deadline, call after call, from several
+// callers. (The wait this guards against, for a connection rueidis makes
+// again and a paused server never completes, showed in the service's
+// override lookups and in TestRedisGetWithinDeadlineWhilePaused; this
+// test did not bring it about on the decisions' path before the guard,
+// `within`, was added, so it checks the deadline, not that cause.)
 func TestUncoalescedWithinDeadlineWhilePaused(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 30 * time.Millisecond, NoCoalescing: true,

@@ -736,12 +736,13 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 	rpu := max(l.RequestsPerUnit, 1) // 0 blocks: the caller does not ask the store (a placeholder)
 	sig := fmt.Sprintf("request|%d|%d", rpu, w)
 	s.mu.Lock()
-	_, seen := s.ownLimits[sig]
-	if !seen && len(s.ownLimits) >= maxOwnLimits {
-		s.mu.Unlock()
-		return nil, errTooManyOwnLimits
+	if _, seen := s.ownLimits[sig]; !seen {
+		if len(s.ownLimits) >= maxOwnLimits {
+			s.mu.Unlock()
+			return nil, errTooManyOwnLimits
+		}
+		s.ownLimits[sig] = struct{}{}
 	}
-	s.ownLimits[sig] = struct{}{}
 	s.mu.Unlock()
 	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
 		return floodgate.NewPolicy(sig, floodgate.Rule{Name: fmt.Sprintf("%d/%s", rpu, w), Algorithm: floodgate.FixedWindow, Limit: int64(rpu), Period: w})
