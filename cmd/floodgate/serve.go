@@ -101,6 +101,34 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return command("serve", stderr, &c.commonConfig, nil, func(log *slog.Logger) error { return runServe(ctx, c, log) })
 }
 
+// serverTimeouts are an http.Server's read timeouts.
+type serverTimeouts struct{ readHeader, read, idle time.Duration }
+
+// httpTimeouts bound how long serve's HTTP and admin listeners wait on a
+// client, so that slow or idle clients ("slow loris": headers or a body
+// trickled a byte at a time, keep-alive connections held open) cannot pin
+// connections and goroutines indefinitely. Requests here are small JSON
+// from proxies and operators on a fast network; the values leave a slow
+// but honest client ample room. Both listeners use them. Tests lower them
+// (timeouts_test.go); nothing else changes them.
+var httpTimeouts = serverTimeouts{
+	// readHeader (ReadHeaderTimeout): the request line and headers, a few
+	// hundred bytes, arrive in well under a second; 10s is generous and
+	// still frees a connection that trickles them.
+	readHeader: 10 * time.Second,
+	// read (ReadTimeout): the whole request, headers and body, from when
+	// the server starts reading it. Bodies are at most a few kilobytes of
+	// JSON; 30s allows a congested link, and it bounds a body sent slowly
+	// (ReadHeaderTimeout ends when the headers do).
+	read: 30 * time.Second,
+	// idle (IdleTimeout): a keep-alive connection waiting for its next
+	// request. Envoy and other callers reuse their connections, so 2m keeps
+	// them warm between bursts, while a client that opens connections and
+	// leaves them idle does not keep them forever (with no idle timeout
+	// net/http would fall back to ReadTimeout).
+	idle: 2 * time.Minute,
+}
+
 func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	service.SetGCFloor(service.DefaultGCFloor) // unless GOGC is set
 	if err := c.prepare(log); err != nil {
@@ -182,11 +210,12 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	health := svc.RegisterGRPC(gs)
 	// Bodies here are small JSON: a client that sends one slowly, or keeps
 	// an idle connection, is not kept waiting for (nor waited for by
-	// SIGTERM's drain).
+	// SIGTERM's drain). See httpTimeouts.
+	to := httpTimeouts
 	hs := &http.Server{Handler: svc.HTTPHandler(metrics, ready), TLSConfig: tlsConf,
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
 	as := &http.Server{Handler: svc.AdminHandler(c.adminToken),
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
