@@ -273,20 +273,57 @@ type Item struct {
 // nothing; keys are decided independently and out[i] is items[i]'s
 // decision. All limiters must share one store.
 func AllowBatch(ctx context.Context, items []Item, out []Decision) error {
+	ops, err := itemOps(items, out)
+	if err != nil || len(ops) == 0 {
+		return err
+	}
+	l := items[0].Limiter
+	err = l.store.DoBatch(ctx, l.clock.NowMicro(), ops, out)
+	observeItems(items, ops, out, err)
+	return err
+}
+
+// AllowAll decides several keys together, all or nothing: the request is
+// admitted (ok) only if every key admits it, and otherwise consumes from
+// none. The keys are decided in one store call. On the in-memory store and
+// on a Redis store on one server this is atomic: no concurrent request sees
+// part of it applied. On a Redis Cluster, whose keys in different slots
+// cannot change in one step, it is compensation: what the admitted keys
+// consumed is refunded in a second call (see DoGroup). Each key's own
+// rules remain all or nothing and exact. out[i] is items[i]'s decision; when
+// the whole is denied, a key that would have admitted the request on its
+// own says Allowed, with nothing taken from it.
+func AllowAll(ctx context.Context, items []Item, out []Decision) (ok bool, err error) {
+	ops, err := itemOps(items, out)
+	if err != nil || len(ops) == 0 {
+		return err == nil, err
+	}
+	group := make([]bool, len(ops))
+	for i := range group {
+		group[i] = true
+	}
+	l := items[0].Limiter
+	ok, err = DoGroup(ctx, l.store, l.clock.NowMicro(), ops, group, out)
+	observeItems(items, ops, out, err)
+	return ok && err == nil, err
+}
+
+// itemOps checks items and returns their operations.
+func itemOps(items []Item, out []Decision) ([]Op, error) {
 	if len(out) < len(items) {
-		return &ParamError{Field: "out", Msg: "shorter than items"}
+		return nil, &ParamError{Field: "out", Msg: "shorter than items"}
 	}
 	if len(items) == 0 {
-		return nil
+		return nil, nil
 	}
-	store, clk := items[0].Limiter.store, items[0].Limiter.clock
+	store := items[0].Limiter.store
 	ops := make([]Op, len(items))
 	for i, it := range items {
 		if it.Limiter.store != store {
-			return &ParamError{Field: fmt.Sprintf("items[%d].Limiter", i), Msg: "uses a different store from items[0]"}
+			return nil, &ParamError{Field: fmt.Sprintf("items[%d].Limiter", i), Msg: "uses a different store from items[0]"}
 		}
 		if it.Cost < 0 {
-			return &ParamError{Field: fmt.Sprintf("items[%d].Cost", i), Msg: fmt.Sprintf("must not be negative, got %d", it.Cost)}
+			return nil, &ParamError{Field: fmt.Sprintf("items[%d].Cost", i), Msg: fmt.Sprintf("must not be negative, got %d", it.Cost)}
 		}
 		p := it.Limiter.policy.Load()
 		kind := OpAllow
@@ -295,45 +332,14 @@ func AllowBatch(ctx context.Context, items []Item, out []Decision) error {
 		}
 		ops[i] = Op{Policy: p, Key: it.Key, Kind: kind, Cost: it.Cost, Spare: p.spare()}
 	}
-	err := store.DoBatch(ctx, clk.NowMicro(), ops, out)
+	return ops, nil
+}
+
+// observeItems reports each item's decision to its limiter's observer.
+func observeItems(items []Item, ops []Op, out []Decision, err error) {
 	for i, it := range items {
 		if it.Limiter.observe != nil {
 			it.Limiter.observe(Event{Policy: ops[i].Policy, Key: it.Key, Op: ops[i].Kind, Cost: it.Cost, Decision: out[i], Err: err})
 		}
 	}
-	return err
-}
-
-// AllowAll decides several keys together, all or nothing: the request is
-// admitted (ok) only if every key admits it. The keys are decided in one
-// store call; if some are denied, what the admitted ones consumed is
-// refunded in a second call. Across keys this is compensation, not
-// atomicity: keys in different Redis Cluster slots (different IPs and
-// users) cannot be updated in one atomic step, so between the two calls a
-// concurrent request may see the refunded capacity as taken. Each key's own
-// rules remain all or nothing and exact. out[i] is items[i]'s decision as
-// made (an admitted key keeps Allowed true even when the whole is denied).
-func AllowAll(ctx context.Context, items []Item, out []Decision) (ok bool, err error) {
-	if err := AllowBatch(ctx, items, out); err != nil {
-		return false, err
-	}
-	ok = true
-	for i := range items {
-		ok = ok && out[i].Allowed
-	}
-	if ok {
-		return true, nil
-	}
-	var refunds []Op
-	for i, it := range items {
-		if out[i].Allowed && it.Cost > 0 {
-			refunds = append(refunds, Op{Policy: it.Limiter.policy.Load(), Key: it.Key, Kind: OpRefund, Cost: it.Cost})
-		}
-	}
-	if len(refunds) == 0 {
-		return false, nil
-	}
-	l := items[0].Limiter
-	scratch := make([]Decision, len(refunds))
-	return false, l.store.DoBatch(ctx, l.clock.NowMicro(), refunds, scratch)
 }

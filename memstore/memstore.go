@@ -24,11 +24,13 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -321,6 +323,91 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 }
 
 var errNoPolicy = errors.New("memstore: op without a policy")
+
+// DoGroup performs ops as DoBatch does, except that those whose index is
+// set in group are decided together, all or nothing, while the shards of
+// their keys are held (floodgate.GroupStore): every OpAllow member is
+// first checked as OpPeek; if all fit they are admitted, and if not, only
+// those that do not fit on their own are decided (denied), the others
+// keeping their check. The other ops are performed one by one, those
+// before the group's first member before it.
+func (s *Store) DoGroup(ctx context.Context, now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) error {
+	if len(out) < len(ops) || len(group) < len(ops) {
+		return errors.New("memstore: out or group is shorter than ops")
+	}
+	first := -1
+	for i := range ops {
+		if ops[i].Policy == nil {
+			return errNoPolicy
+		}
+		if group[i] && first < 0 {
+			first = i
+		}
+	}
+	for i := range ops {
+		if i == first {
+			s.doGroup(now, ops, group, out)
+		}
+		if group[i] {
+			continue
+		}
+		d, _ := s.Do(ctx, now, ops[i])
+		out[i] = d
+	}
+	return nil
+}
+
+// doGroup decides the members of group holding the shards of their keys.
+func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) {
+	type member struct {
+		i  int
+		t  *table
+		h  uint64
+		sh *shard
+	}
+	var buf [8]member
+	ms := buf[:0]
+	for i := range ops {
+		if !group[i] {
+			continue
+		}
+		// tables first: making one takes s.mu, which migrate holds while it
+		// takes a table's shards
+		t := s.table(ops[i].Policy, now)
+		h := s.hash(ops[i].Key)
+		ms = append(ms, member{i, t, h, &t.shards[h>>t.shift]})
+	}
+	// Lock each shard once, in address order (a table's shards are in
+	// index order, as migrate takes them), so that groups never deadlock.
+	locked := make([]*shard, 0, len(ms))
+	for _, m := range ms {
+		locked = append(locked, m.sh)
+	}
+	slices.SortFunc(locked, func(a, b *shard) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+	locked = slices.Compact(locked)
+	for _, sh := range locked {
+		sh.mu.Lock()
+	}
+	all := true
+	for _, m := range ms {
+		op := ops[m.i]
+		op.Kind = floodgate.OpPeek
+		m.sh.do(m.t, m.h, now, &op, &out[m.i])
+		if ops[m.i].Kind == floodgate.OpAllow {
+			all = all && out[m.i].Allowed
+		}
+	}
+	for _, m := range ms {
+		if op := &ops[m.i]; op.Kind == floodgate.OpAllow && (all || !out[m.i].Allowed) {
+			m.sh.do(m.t, m.h, now, op, &out[m.i])
+		}
+	}
+	for _, sh := range locked {
+		sh.mu.Unlock()
+	}
+}
 
 // DoBatch performs every op; each key is atomic on its own.
 func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) error {

@@ -126,6 +126,7 @@ type waiter struct {
 	keys []string
 	nums []opNums // each decision's own numbers
 	pas  []*policyArgs
+	grp  []bool // all-or-nothing group members (Store.DoGroup); nil or all false for none
 	dec  []floodgate.Decision
 	errs []error
 
@@ -137,7 +138,7 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{done: make(chan stru
 
 func getWaiter(n int) *waiter {
 	w := waiterPool.Get().(*waiter)
-	w.keys, w.nums, w.pas = w.keys[:0], w.nums[:0], w.pas[:0]
+	w.keys, w.nums, w.pas, w.grp = w.keys[:0], w.nums[:0], w.pas[:0], nil
 	w.dec = append(w.dec[:0], make([]floodgate.Decision, n)...)
 	w.errs = append(w.errs[:0], make([]error, n)...)
 	return w
@@ -148,6 +149,7 @@ func putWaiter(w *waiter) {
 	clear(w.keys[:cap(w.keys)])
 	clear(w.pas[:cap(w.pas)])
 	clear(w.errs)
+	w.grp = nil
 	waiterPool.Put(w)
 }
 
@@ -335,9 +337,13 @@ func batchArgs(batch []*waiter, n int) (keys, args []string) {
 		args = pa.batchStatic(args)
 	}
 	var buf []byte
-	for _, w := range batch {
+	for wi, w := range batch {
 		for j := range w.nums {
-			buf = appendPacked(buf[:0], 1+slices.Index(pols, w.pas[j]), &w.nums[j])
+			var g byte
+			if w.grp != nil && w.grp[j] {
+				g = byte(1 + wi%250) // next waiters' groups differ
+			}
+			buf = appendPacked(buf[:0], 1+slices.Index(pols, w.pas[j]), g, &w.nums[j])
 			args = append(args, string(buf))
 		}
 	}

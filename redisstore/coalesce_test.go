@@ -295,6 +295,42 @@ func TestBatchCommand(t *testing.T) {
 	}
 }
 
+// The library keeps the batch function of releases before groups, whose
+// decisions carry no group byte, for instances of those releases sharing
+// the Redis during an upgrade.
+func TestLegacyBatchFunction(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	p := floodgate.MustPolicy("legacy", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	ctx := context.Background()
+	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
+	ops := []floodgate.Op{p.Op(floodgate.OpAllow, "a", 1, 0), p.Op(floodgate.OpAllow, "b", 2, 0)}
+	cmd, err := s.BatchCommand(ctx, now, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// FCALL fn 2 key key 1 1 name sig packed packed: the old layout has
+	// no group byte after the policy index.
+	cmd[1] = "floodgate_v1_batch"
+	for i := len(cmd) - 2; i < len(cmd); i++ {
+		if len(cmd[i]) != 2+1+5*8 || cmd[i][2] != 0 {
+			t.Fatalf("packed decision %q", cmd[i])
+		}
+		cmd[i] = cmd[i][:2] + cmd[i][3:]
+	}
+	c := s.Client()
+	replies, err := c.Do(ctx, c.B().Arbitrary(cmd[0]).Args(cmd[1:]...).Build()).ToArray()
+	if err != nil || len(replies) != 2 {
+		t.Fatalf("%v %v", replies, err)
+	}
+	for i, r := range replies {
+		b, err := r.ToString()
+		if err != nil || len(b) != 52 || b[0] != 1 || int64(binary.BigEndian.Uint64([]byte(b[12:20]))) != 5-ops[i].Cost {
+			t.Fatalf("decision %d: %q %v", i, b, err)
+		}
+	}
+}
+
 // A batch carries at most MaxBatch decisions: ten callers queued behind
 // one call in flight go in batches of three.
 func TestCoalescerMaxBatch(t *testing.T) {

@@ -26,15 +26,22 @@ var luaFiles embed.FS
 // LibraryName is the function library's name, Function the function one
 // decision calls, and BatchFunction the function that makes several
 // decisions in one call (KEYS: one key per decision; ARGV: each policy's
-// rules once, then each decision's own numbers, as 90_apply.lua says; the
-// reply: per decision, Function's ten numbers packed into 52 bytes, or an
-// error for that decision alone).
+// rules once, then each decision's own numbers, as 90_apply.lua says, with
+// its all-or-nothing group; the reply: per decision, Function's ten numbers
+// packed into 52 bytes, or an error for that decision alone).
 // The "1" is the layout version of the keys.
 const (
 	LibraryName   = "floodgate_v1"
 	Function      = "floodgate_v1_apply"
-	BatchFunction = "floodgate_v1_batch"
+	BatchFunction = "floodgate_v1_batch_groups"
 )
+
+// legacyBatchFunction is the batch function of releases before groups (its
+// decisions carry no group byte), kept in the library for instances of
+// those releases that share the Redis during an upgrade: whichever release
+// loads the library last, each finds the functions it calls (one that
+// finds its function missing loads the library again).
+const legacyBatchFunction = "floodgate_v1_batch"
 
 var luaBody = sync.OnceValue(func() string {
 	names, err := fs.Glob(luaFiles, "lua/*.lua")
@@ -60,7 +67,7 @@ func Script() string { return luaBody() + "return apply(KEYS, ARGV)\n" }
 
 // BatchScript returns the code of BatchFunction as one script for
 // EVAL/EVALSHA.
-func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV)\n" }
+func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV, true)\n" }
 
 // Library returns the decision code as a Redis 7 function library.
 //
@@ -74,7 +81,10 @@ func Library() string {
 		"  return apply(keys, args)\nend)\n" +
 		"redis.register_function('" + BatchFunction + "', function(keys, args)\n" +
 		"  if apply == nil then apply, batch = init() end\n" +
-		"  return batch(keys, args)\nend)\n"
+		"  return batch(keys, args, true)\nend)\n" +
+		"redis.register_function('" + legacyBatchFunction + "', function(keys, args)\n" +
+		"  if apply == nil then apply, batch = init() end\n" +
+		"  return batch(keys, args, false)\nend)\n"
 }
 
 // ruleFields is the number of arguments per rule (RULE_FIELDS in
@@ -168,10 +178,13 @@ func (pa *policyArgs) singleArgs(o opNums) []string {
 }
 
 // appendPacked appends an operation's part of a BatchFunction call, one
-// string (90_apply.lua unpacks it): its policy's index (uint16), then its
-// numbers (int64 each), big-endian.
-func appendPacked(b []byte, policy int, o *opNums) []byte {
+// string (90_apply.lua unpacks it): its policy's index (uint16), its group
+// (a byte: 0 for none; members of one all-or-nothing group are next to
+// each other and share a nonzero byte), then its numbers (int64 each),
+// big-endian.
+func appendPacked(b []byte, policy int, group byte, o *opNums) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(policy))
+	b = append(b, group)
 	for _, v := range o.v {
 		b = binary.BigEndian.AppendUint64(b, uint64(v))
 	}

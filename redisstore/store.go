@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -450,6 +451,28 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 	if len(out) < len(ops) {
 		return errors.New("redisstore: out is shorter than ops")
 	}
+	return s.doBatch(ctx, now, ops, nil, out)
+}
+
+// DoGroup performs ops as DoBatch does, those whose index is set in group
+// all or nothing (floodgate.GroupStore), atomically: the batch is one call
+// of BatchFunction, which Redis runs alone. A store on a Redis Cluster,
+// which sends each key to its own node, returns errors.ErrUnsupported, and
+// floodgate.DoGroup compensates instead. When Redis cannot be asked, each
+// operation is decided by its rules' failure modes, as in DoBatch.
+func (s *Store) DoGroup(ctx context.Context, now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) error {
+	if s.co == nil {
+		return errors.ErrUnsupported
+	}
+	if len(out) < len(ops) || len(group) < len(ops) {
+		return errors.New("redisstore: out or group is shorter than ops")
+	}
+	return s.doBatch(ctx, now, ops, group[:len(ops)], out)
+}
+
+// doBatch is DoBatch, with an all-or-nothing group when group is not nil
+// (coalescing stores only).
+func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) error {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -489,6 +512,9 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 		for i := range ops {
 			pa, o := s.nums(now, &ops[i])
 			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
+		}
+		if group != nil {
+			w.grp = slices.Clone(group) // the batch may outlive this call
 		}
 		if err := s.co.submit(ctx, sctx, w); err != nil {
 			// it left the queue at sctx's end (w belongs to the batch)

@@ -311,12 +311,43 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		it.op = len(ops)
 		ops = append(ops, floodgate.Op{Policy: p, Key: req.Domain + "\x00" + it.key, Kind: kind, Cost: cost})
 	}
+	// All or nothing across descriptors, where the domain opts in: the
+	// descriptors that can refuse (not shadow or quota mode; refunds aside)
+	// form a group, admitted together or consuming nothing. A descriptor
+	// of requests_per_unit 0 that refuses refuses the whole request: then
+	// the others are only checked.
+	var group []bool
+	if dom := cfg.Domain(req.Domain); dom != nil && dom.AllOrNothing && len(ops) > 0 {
+		refused := false
+		for i := range items {
+			if it := &items[i]; it.limit != nil && !it.limit.ShadowMode && !it.limit.QuotaMode && it.blockedOver() {
+				refused = true
+			}
+		}
+		members := 0
+		group = make([]bool, len(ops))
+		for i := range items {
+			it := &items[i]
+			if it.op < 0 || it.limit == nil || it.limit.ShadowMode || it.limit.QuotaMode || it.refund {
+				continue
+			}
+			if refused && ops[it.op].Kind == floodgate.OpAllow {
+				ops[it.op].Kind = floodgate.OpPeek
+			}
+			group[it.op] = true
+			members++
+		}
+		if refused || members < 2 {
+			group = nil // one member, or none that may consume: a plain batch
+		}
+	}
+
 	var decisionBuf [4]floodgate.Decision
 	decisions := decisionBuf[:0]
 	now := s.opts.Clock.NowMicro()
-	switch len(ops) {
-	case 0:
-	case 1: // one store call, no batch to build
+	switch {
+	case len(ops) == 0:
+	case len(ops) == 1: // one store call, no batch to build
 		d, err := s.opts.Store.Do(ctx, now, ops[0])
 		if err != nil {
 			return nil, err
@@ -326,47 +357,16 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		// The store keeps neither slice, but escape analysis cannot know
 		// that through an interface: give it heap copies.
 		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
-		if err := s.opts.Store.DoBatch(ctx, now, batch, out); err != nil {
+		var err error
+		if group != nil {
+			_, err = floodgate.DoGroup(ctx, s.opts.Store, now, batch, group, out)
+		} else {
+			err = s.opts.Store.DoBatch(ctx, now, batch, out)
+		}
+		if err != nil {
 			return nil, err
 		}
 		decisions = out
-	}
-
-	// All or nothing across descriptors, where the domain opts in.
-	if dom := cfg.Domain(req.Domain); dom != nil && dom.AllOrNothing {
-		denied := false
-		for i := range items {
-			it := &items[i]
-			if it.limit == nil || it.limit.ShadowMode || it.limit.QuotaMode {
-				continue // never blocks
-			}
-			if it.op >= 0 && !decisions[it.op].Allowed || it.blockedOver() {
-				denied = true
-			}
-		}
-		if denied {
-			var refunds []floodgate.Op
-			var refunded []int // the ops refunded
-			for i := range items {
-				it := &items[i]
-				if it.op >= 0 && decisions[it.op].Allowed && ops[it.op].Kind == floodgate.OpAllow {
-					refunds = append(refunds, floodgate.Op{Policy: ops[it.op].Policy, Key: ops[it.op].Key, Kind: floodgate.OpRefund, Cost: ops[it.op].Cost})
-					refunded = append(refunded, it.op)
-				}
-			}
-			if len(refunds) > 0 {
-				// best effort compensation; its decisions say what is left
-				// once the hits are given back, which the statuses report
-				after := make([]floodgate.Decision, len(refunds))
-				if err := s.opts.Store.DoBatch(ctx, s.opts.Clock.NowMicro(), refunds, after); err == nil {
-					for j, op := range refunded {
-						if a := &after[j]; !a.Degraded {
-							decisions[op].Remaining, decisions[op].ResetAfter = a.Remaining, a.ResetAfter
-						}
-					}
-				}
-			}
-		}
 	}
 
 	resp, parts := newResponse(len(items))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -14,9 +16,12 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -459,5 +464,56 @@ func TestOwnLimitWindowTooLong(t *testing.T) {
 	_, err := e.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*rlcommon.RateLimitDescriptor{own}})
 	if err == nil || !strings.Contains(err.Error(), "unit_multiplier 300") || strings.Contains(err.Error(), "-") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// Under all_or_nothing a refused request never holds the others' capacity,
+// not even for a moment, on the memory store and on Redis: requests of one
+// IP with users of their own (always admitted by them) race requests of
+// that IP with a spent user (always refused), and the first kind gets
+// exactly the IP's limit.
+func TestAllOrNothingIsAtomic(t *testing.T) {
+	stores := map[string]func(t *testing.T) floodgate.Store{
+		"memory": func(t *testing.T) floodgate.Store { return nil },
+		"redis": func(t *testing.T) floodgate.Store {
+			st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, service.Options{Store: newStore(t)}, strings.ReplaceAll(aonRules, "requests_per_unit: 10", "requests_per_unit: 400"))
+			e.ask(t, reqOf("aon", d("user", "spent")))
+			var admitted, wrong atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					for i := range 100 {
+						user := fmt.Sprintf("u%d-%d", w, i)
+						if w%2 == 1 {
+							user = "spent"
+						}
+						r, err := e.svc.ShouldRateLimit(context.Background(), reqOf("aon", d("ip", "1.2.3.4"), d("user", user)))
+						switch {
+						case err != nil:
+							t.Error(err)
+							return
+						case r.OverallCode == rlsv3.RateLimitResponse_OK && user == "spent":
+							wrong.Add(1)
+						case r.OverallCode == rlsv3.RateLimitResponse_OK:
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if admitted.Load() != 400 || wrong.Load() != 0 {
+				t.Fatalf("admitted %d of the 400 requests with users of their own (%d with the spent user): a refused request held the IP's capacity", admitted.Load(), wrong.Load())
+			}
+		})
 	}
 }

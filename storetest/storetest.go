@@ -5,8 +5,9 @@
 // that every decision is exact and no test sleeps: the worked examples of
 // the design articles the project grew from, each algorithm's decisions and
 // the meaning of every Decision field, the throttling modes, every
-// operation, Wait and Reserve, limit and policy changes, batches, a clock
-// that goes backwards, concurrent callers and observers.
+// operation, Wait and Reserve, limit and policy changes, batches and
+// all-or-nothing groups, a clock that goes backwards, concurrent callers
+// and observers.
 //
 // Use it from a store's tests:
 //
@@ -53,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
 		{"Wait", testWait},
 		{"Change", testChange},
 		{"Batch", testBatch},
+		{"Group", testGroup},
 		{"ClockBackwards", testClockBackwards},
 		{"Observer", testObserver},
 		{"Concurrency", testConcurrency},

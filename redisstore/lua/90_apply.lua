@@ -218,7 +218,14 @@ local function apply(keys, argv)
   return {decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))}
 end
 
-local function batch(keys, argv)
+-- batch makes the decisions of keys in order. grouped: argv's packed
+-- decisions carry a group byte after the policy index; decisions next to
+-- each other with the same nonzero group byte are all or nothing (the
+-- floodgate.GroupStore contract): every OP_ALLOW member is first checked as
+-- OP_PEEK; if all fit they are decided as OP_ALLOW, and if not, only those
+-- that do not fit on their own are (denied), the others keeping their
+-- check. Redis runs the call alone, so nothing sees a group half done.
+local function batch(keys, argv, grouped)
   local pols, o = {}, 1
   for i = 1, tonumber(argv[1]) do
     local n, ps = tonumber(argv[o + 1]), {}
@@ -231,8 +238,19 @@ local function batch(keys, argv)
     o = o + 1 + 2 * n
   end
   local out, tnow = {}, nil
-  for i = 1, #keys do
-    local pi, now, op, cost, maxdelay, spare, nx = struct.unpack('>Hi8i8i8i8i8', argv[o + i])
+  local layout = '>Hi8i8i8i8i8'
+  if grouped then layout = '>HBi8i8i8i8i8' end
+  -- run decides decision i (as op `as`, or its own when nil) into out[i],
+  -- and returns whether it was allowed and its own op.
+  local function run(i, as)
+    local s = argv[o + i]
+    local pi, now, op, cost, maxdelay, spare, nx
+    if grouped then
+      local _
+      pi, _, now, op, cost, maxdelay, spare, nx = struct.unpack(layout, s)
+    else
+      pi, now, op, cost, maxdelay, spare, nx = struct.unpack(layout, s)
+    end
     local ps = pols[pi]
     if now == 0 then
       tnow = tnow or redisnow()
@@ -241,21 +259,41 @@ local function batch(keys, argv)
     local n = #ps
     for r = 1, n do
       local p = ps[r]
-      if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', argv[o + i], nx) end
+      if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
     end
-    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, op, cost, maxdelay, spare)
-    local res
+    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, as or op, cost, maxdelay, spare)
     if ok then
       -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
       -- integers (redisstore's decideMessage); cheaper to build, send
       -- and parse than an array of ten integers.
-      res = struct.pack('>BBBBi8i8i8i8i8i8', a, b, c, d, e, f, g, h, k, l)
+      out[i] = struct.pack('>BBBBi8i8i8i8i8i8', a, b, c, d, e, f, g, h, k, l)
     elseif type(a) == 'table' and a.err then
-      res = redis.error_reply(a.err)
+      out[i] = redis.error_reply(a.err)
     else
-      res = redis.error_reply(tostring(a))
+      out[i] = redis.error_reply(tostring(a))
     end
-    out[i] = res
+    return ok and a == 1, op
+  end
+  local nk, i = #keys, 1
+  while i <= nk do
+    local g = 0
+    if grouped then g = string.byte(argv[o + i], 3) end
+    if g == 0 then
+      run(i, nil)
+      i = i + 1
+    else
+      local j = i
+      while j < nk and string.byte(argv[o + j + 1], 3) == g do j = j + 1 end
+      local all, fits, ops = true, {}, {}
+      for m = i, j do
+        fits[m], ops[m] = run(m, OP_PEEK)
+        if ops[m] == OP_ALLOW and not fits[m] then all = false end
+      end
+      for m = i, j do
+        if ops[m] == OP_ALLOW and (all or not fits[m]) then run(m, nil) end
+      end
+      i = j + 1
+    end
   end
   return out
 end
