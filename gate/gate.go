@@ -606,6 +606,12 @@ type Outcome struct {
 	thrOp  int8 // index of the threshold's charge
 }
 
+// shadow reports whether the outcome's limit never refuses: a Shadow
+// action, or a rule in shadow mode.
+func (o *Outcome) shadow() bool {
+	return o.l.Action == Shadow || o.ruleLm != nil && o.ruleLm.ShadowMode
+}
+
 // Verdict is what the gate decided for a request.
 type Verdict struct {
 	// Allowed: let the request through (after Delayed, already waited).
@@ -730,6 +736,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	var one [1]floodgate.Decision
 	var decs []floodgate.Decision
 	var err error
+	var group []bool // all-or-nothing members, when there are two or more
+	groupAdmitted := false
 	now := g.clock.NowMicro()
 	switch len(ops) {
 	case 0:
@@ -740,7 +748,25 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		// The store keeps neither slice, but escape analysis cannot see
 		// through the interface: give it heap copies.
 		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
-		err = g.store.DoBatch(ctx, now, batch, out)
+		// The limits that can refuse are all or nothing, in one atomic
+		// step where the store can (floodgate.DoGroup): a request refused
+		// by one never holds the others' capacity, even for a moment.
+		members := 0
+		for i := range v.Outcomes {
+			if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Kind == floodgate.OpAllow && !o.shadow() {
+				if group == nil {
+					group = make([]bool, len(ops))
+				}
+				group[o.op] = true
+				members++
+			}
+		}
+		if members >= 2 {
+			groupAdmitted, err = floodgate.DoGroup(ctx, g.store, now, batch, group, out)
+		} else {
+			group = nil
+			err = g.store.DoBatch(ctx, now, batch, out)
+		}
 		decs = out
 	}
 	if err != nil {
@@ -791,7 +817,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		if o.Decision.Excess {
 			v.Soft = true
 		}
-		shadow := l.Action == Shadow || o.ruleLm != nil && o.ruleLm.ShadowMode
+		shadow := o.shadow()
 		o.Over = !o.Decision.Allowed && !shadow
 		if !o.Decision.Allowed && shadow {
 			g.logf("floodgate: a shadow limit would refuse a request", "limit", l.Name)
@@ -806,10 +832,15 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 	}
 	if !v.Allowed {
-		// All or nothing: give back what the admitted limits took.
+		// All or nothing: give back what the admitted limits took (a group
+		// refused took nothing; one admitted did, if a ban, a blocked rule
+		// or a delay refuses the request).
 		var refunds []floodgate.Op
 		for i := range v.Outcomes {
 			o := &v.Outcomes[i]
+			if group != nil && o.op >= 0 && group[o.op] && !groupAdmitted {
+				continue
+			}
 			if o.op >= 0 && o.Decision.Allowed && !o.Banned && ops[o.op].Cost > 0 {
 				refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
 			}

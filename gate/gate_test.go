@@ -2,11 +2,13 @@ package gate
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +105,46 @@ func TestHybridLimitsAreAllOrNothing(t *testing.T) {
 	// Without the header the user limit is skipped.
 	if v := check(g, httpReq("192.0.2.10:1", "/")); !v.Allowed || len(v.Outcomes) != 1 {
 		t.Fatalf("no user header: allowed %v, %d outcomes", v.Allowed, len(v.Outcomes))
+	}
+}
+
+// A request refused by one limit never holds another's capacity, not even
+// for a moment: requests from one address with users of their own race
+// requests from it with a spent user, and the first kind gets exactly the
+// address's limit (on the compensating path some were refused, by the
+// others' hits not yet given back).
+func TestHybridLimitsAreAtomic(t *testing.T) {
+	clk := clock.NewManual(t0)
+	const limit = 400
+	g := newGate(t, clk,
+		Limit{Name: "per-ip", Policy: policy(t, "per-ip", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: limit, Period: time.Hour}), Key: []Part{IP()}},
+		Limit{Name: "per-user", Policy: policy(t, "per-user", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour}), Key: []Part{Header("X-User").Or(MissingSkip)}},
+	)
+	if v := check(g, httpReq("192.0.2.99:1", "/", "X-User", "spent")); !v.Allowed {
+		t.Fatal("the first request of the spent user was refused")
+	}
+	var admitted, wrong atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range limit / 4 {
+				user := fmt.Sprintf("u%d-%d", w, i)
+				if w%2 == 1 {
+					user = "spent"
+				}
+				v := check(g, httpReq("192.0.2.1:1", "/", "X-User", user))
+				switch {
+				case v.Allowed && user == "spent":
+					wrong.Add(1)
+				case v.Allowed:
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != limit || wrong.Load() != 0 {
+		t.Fatalf("admitted %d of the %d requests with users of their own (%d with the spent user)", admitted.Load(), limit, wrong.Load())
 	}
 }
 
