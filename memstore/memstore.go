@@ -236,14 +236,31 @@ func (s *Store) Sweep(now int64) {
 			empty = append(empty, t)
 		}
 	}
-	// A table restored from a snapshot that no policy has taken over (its
-	// rule is gone) goes once its keys have: kept, it was written into
-	// every snapshot for good. No policy holds it, so none can fill it
-	// meanwhile: bind, which would, clears restored under s.mu.
+	// An empty table goes, whatever its policy: kept, it stayed for good,
+	// and a service with per-key overrides makes a policy (so a table of
+	// about 9 KB) for every set of numbers it meets. A table restored from
+	// a snapshot whose rule is gone was written into every snapshot too.
+	// A policy still in use finds its table dropped (under the shard lock
+	// it takes) and binds again (rebind): a new table, empty as this one.
 	s.mu.Lock()
 	for _, t := range empty {
-		if name := t.policy.Load().Name(); t.restored && s.byName[name] == t {
-			delete(s.byName, name)
+		if name := t.policy.Load().Name(); s.byName[name] == t {
+			t.lockAll()
+			n := 0
+			for i := range t.shards {
+				n += t.shards[i].n
+			}
+			if n == 0 {
+				t.dropped = true
+				delete(s.byName, name)
+				s.last.Store(nil)
+				for i := range t.shards {
+					sh := &t.shards[i]
+					s.bytes.Add(-int64(len(sh.words)) * 8)
+					sh.words, sh.mask = nil, 0
+				}
+			}
+			t.unlockAll()
 		}
 	}
 	s.mu.Unlock()
@@ -269,17 +286,39 @@ func (s *Store) hash(key string) uint64 {
 
 // table returns the table of p, creating or migrating it on first sight
 // of the policy object. The table is kept with the policy
-// (Policy.Attached): looking it up takes no lock, and a policy object no
-// one uses any more takes its entry with it (a map of policies here had to
-// be copied whole at each new one, which made loading many policies
-// quadratic).
+// (Policy.Attached, through a tableRef): looking it up takes no lock, and
+// a policy object no one uses any more takes its entry with it (a map of
+// policies here had to be copied whole at each new one, which made loading
+// many policies quadratic). The table may have been dropped since (Sweep):
+// the caller checks t.dropped under a shard lock and calls rebind.
 func (s *Store) table(p *floodgate.Policy, now int64) *table {
 	if b := s.last.Load(); b != nil && b.p == p {
 		return b.t
 	}
-	t := p.Attached(s, func() any { return s.bind(p, now) }).(*table)
+	t := s.ref(p, now).t.Load()
 	s.last.Store(&binding{p, t})
 	return t
+}
+
+// A tableRef is what the store keeps with a policy: its table, replaced
+// when Sweep drops the table and the policy is used again.
+type tableRef struct{ t atomic.Pointer[table] }
+
+func (s *Store) ref(p *floodgate.Policy, now int64) *tableRef {
+	return p.Attached(s, func() any {
+		r := &tableRef{}
+		r.t.Store(s.bind(p, now))
+		return r
+	}).(*tableRef)
+}
+
+// rebind gives p a live table in place of one Sweep dropped.
+func (s *Store) rebind(p *floodgate.Policy, now int64) {
+	r := s.ref(p, now)
+	if r.t.Load().isDropped() {
+		r.t.Store(s.bind(p, now))
+	}
+	s.last.Store(nil)
 }
 
 // bind finds p's table by name, creating it (from the snapshot's state,
@@ -313,13 +352,20 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 	if op.Policy == nil {
 		return d, errNoPolicy
 	}
-	t := s.table(op.Policy, now)
 	h := s.hash(op.Key)
-	sh := &t.shards[h>>t.shift]
-	sh.mu.Lock()
-	sh.do(t, h, now, &op, &d)
-	sh.mu.Unlock()
-	return d, nil
+	for {
+		t := s.table(op.Policy, now)
+		sh := &t.shards[h>>t.shift]
+		sh.mu.Lock()
+		if t.dropped {
+			sh.mu.Unlock()
+			s.rebind(op.Policy, now)
+			continue
+		}
+		sh.do(t, h, now, &op, &d)
+		sh.mu.Unlock()
+		return d, nil
+	}
 }
 
 var errNoPolicy = errors.New("memstore: op without a policy")
@@ -366,6 +412,7 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 		sh *shard
 	}
 	var buf [8]member
+again:
 	ms := buf[:0]
 	for i := range ops {
 		if !group[i] {
@@ -389,6 +436,15 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 	locked = slices.Compact(locked)
 	for _, sh := range locked {
 		sh.mu.Lock()
+	}
+	for _, m := range ms {
+		if m.t.dropped { // by Sweep, after table: bind again
+			for _, sh := range locked {
+				sh.mu.Unlock()
+			}
+			s.rebind(ops[m.i].Policy, now)
+			goto again
+		}
 	}
 	all := true
 	for _, m := range ms {

@@ -22,6 +22,31 @@ type table struct {
 	// takes it over whatever its version number (made before the store,
 	// say, as serve loads its rules first)
 	restored bool
+	// dropped: Sweep found the table empty and let it go (s.mu and every
+	// shard held); a policy that still has it binds again (Store.rebind).
+	// Read under any of its shard locks.
+	dropped bool
+}
+
+// isDropped reads dropped under a shard lock.
+func (t *table) isDropped() bool {
+	sh := &t.shards[0]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return t.dropped
+}
+
+// lockAll locks every shard, in index order (migrate's order too).
+func (t *table) lockAll() {
+	for i := range t.shards {
+		t.shards[i].mu.Lock()
+	}
+}
+
+func (t *table) unlockAll() {
+	for i := range t.shards {
+		t.shards[i].mu.Unlock()
+	}
 }
 
 type shard struct {
@@ -256,14 +281,8 @@ func (sh *shard) evict(t *table, p *floodgate.Policy, now int64) {
 // migrate converts every key of the table to policy p (a newer version of
 // the table's policy), rule by rule matched by name.
 func (t *table) migrate(p *floodgate.Policy, now int64) {
-	for i := range t.shards {
-		t.shards[i].mu.Lock()
-	}
-	defer func() {
-		for i := range t.shards {
-			t.shards[i].mu.Unlock()
-		}
-	}()
+	t.lockAll()
+	defer t.unlockAll()
 	old := t.policy.Load()
 	if old.SameLayout(p) {
 		t.policy.Store(p)
