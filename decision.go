@@ -107,3 +107,17 @@ type Store interface {
 	Do(ctx context.Context, now int64, op Op) (Decision, error)
 	DoBatch(ctx context.Context, now int64, ops []Op, out []Decision) error
 }
+
+// A Mover is a Store that can carry a key's state from one policy to
+// another (the in-memory store and the Redis store are): when a key's limit
+// changes to a policy of another name (a per-key override set, changed or
+// removed), what the key has used so far stays used.
+type Mover interface {
+	// Move carries key's state under from to to, atomically, rule by rule
+	// matched by name and converted as a new version of a policy converts
+	// it (Policy.Migrate: what each rule consumed, in requests, clamped to
+	// the new capacity; rules new to to start fresh), replacing what key
+	// had under to; key's state under from is forgotten. A key with no
+	// state under from keeps what it has under to.
+	Move(ctx context.Context, now int64, from, to *Policy, key string) error
+}

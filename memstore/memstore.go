@@ -370,6 +370,54 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 
 var errNoPolicy = errors.New("memstore: op without a policy")
 
+// Move carries key's state from policy from to policy to
+// (floodgate.Mover), holding both keys' shards.
+func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy, key string) error {
+	if from == nil || to == nil {
+		return errNoPolicy
+	}
+	if from.Name() == to.Name() {
+		return nil // one table: the newer version converts it
+	}
+	h := s.hash(key)
+	for {
+		ft, tt := s.table(from, now), s.table(to, now)
+		fsh, tsh := &ft.shards[h>>ft.shift], &tt.shards[h>>tt.shift]
+		first, second := fsh, tsh
+		if uintptr(unsafe.Pointer(second)) < uintptr(unsafe.Pointer(first)) {
+			first, second = second, first
+		}
+		first.mu.Lock()
+		second.mu.Lock()
+		if ft.dropped || tt.dropped {
+			second.mu.Unlock()
+			first.mu.Unlock()
+			if ft.dropped {
+				s.rebind(from, now)
+			}
+			if tt.dropped {
+				s.rebind(to, now)
+			}
+			continue
+		}
+		if i := fsh.find(h); i >= 0 {
+			fp, tp := ft.policy.Load(), tt.policy.Load()
+			j := tsh.find(h)
+			if j < 0 {
+				j = tsh.insert(tt, tp, h, now)
+			}
+			tp.Migrate(fp, fsh.state(i), tsh.state(j), now)
+			if tp.Consumption(tsh.state(j), now) == 0 {
+				tsh.deleteAt(tt, j)
+			}
+			fsh.deleteAt(ft, i) // another shard's insert left this one alone
+		}
+		second.mu.Unlock()
+		first.mu.Unlock()
+		return nil
+	}
+}
+
 // DoGroup performs ops as DoBatch does, except that those whose index is
 // set in group are decided together, all or nothing, while the shards of
 // their keys are held (floodgate.GroupStore): every OpAllow member is

@@ -34,6 +34,9 @@ const (
 	LibraryName   = "floodgate_v1"
 	Function      = "floodgate_v1_apply"
 	BatchFunction = "floodgate_v1_batch_groups"
+	// MoveFunction carries a key's state from one policy to another
+	// (Store.Move; 95_move.lua).
+	MoveFunction = "floodgate_v1_move"
 )
 
 // legacyBatchFunction is the batch function of releases before groups (its
@@ -74,18 +77,22 @@ func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV, true)\n
 // A library cannot reach Lua's standard libraries while it loads, so the
 // code is set up on the first call (init) and kept for the library's life.
 func Library() string {
+	fn := func(name, call string) string {
+		return "redis.register_function('" + name + "', function(keys, args)\n" +
+			"  if apply == nil then apply, batch, move = init() end\n" +
+			"  return " + call + "\nend)\n"
+	}
 	return "#!lua name=" + LibraryName + "\n" +
-		"local apply, batch\nlocal function init()\n" + luaBody() + "return apply, batch\nend\n" +
-		"redis.register_function('" + Function + "', function(keys, args)\n" +
-		"  if apply == nil then apply, batch = init() end\n" +
-		"  return apply(keys, args)\nend)\n" +
-		"redis.register_function('" + BatchFunction + "', function(keys, args)\n" +
-		"  if apply == nil then apply, batch = init() end\n" +
-		"  return batch(keys, args, true)\nend)\n" +
-		"redis.register_function('" + legacyBatchFunction + "', function(keys, args)\n" +
-		"  if apply == nil then apply, batch = init() end\n" +
-		"  return batch(keys, args, false)\nend)\n"
+		"local apply, batch, move\nlocal function init()\n" + luaBody() + "return apply, batch, move\nend\n" +
+		fn(Function, "apply(keys, args)") +
+		fn(BatchFunction, "batch(keys, args, true)") +
+		fn(legacyBatchFunction, "batch(keys, args, false)") +
+		fn(MoveFunction, "move(keys, args)")
 }
+
+// MoveScript returns the code of MoveFunction as one script for
+// EVAL/EVALSHA.
+func MoveScript() string { return luaBody() + "return move(KEYS, ARGV)\n" }
 
 // ruleFields is the number of arguments per rule (RULE_FIELDS in
 // 90_apply.lua): name, signature, and three calendar bounds.

@@ -91,8 +91,9 @@ type Store struct {
 	// batchScript is BatchFunction as a script, for servers without
 	// functions.
 	batchScript *rueidis.Lua
-	co          *coalescer // nil: every decision is a call of its own
-	batchAlways bool       // tests: a lone decision goes through BatchFunction too
+	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
+	co          *coalescer   // nil: every decision is a call of its own
+	batchAlways bool         // tests: a lone decision goes through BatchFunction too
 
 	libMu      sync.Mutex
 	libLoaded  atomic.Bool // the function library is loaded on every node
@@ -182,7 +183,8 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Batches <= 0 {
 		opts.Batches = 2
 	}
-	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript())}
+	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
+		moveScript: rueidis.NewLuaScript(MoveScript())}
 	if !opts.NoCoalescing && c.Mode() != rueidis.ClientModeCluster {
 		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
 	}

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
 		{"Change", testChange},
 		{"Batch", testBatch},
 		{"Group", testGroup},
+		{"Move", testMove},
 		{"ClockBackwards", testClockBackwards},
 		{"Observer", testObserver},
 		{"Concurrency", testConcurrency},

@@ -1,0 +1,48 @@
+-- move carries a key's state from one policy to another (Store.Move, the
+-- floodgate.Mover contract): keys[1] the key under the old policy, keys[2]
+-- under the new one (one slot: they share the key's hash tag); argv as
+-- apply's (now, then four unused numbers, the new policy's rule count and
+-- per rule its name, signature and calendar bounds). Each new rule takes
+-- the state of the stored rule of its name, converted as a changed limit
+-- is (convert); new rules start fresh. The old key goes; with no old key,
+-- the new one is left as it is. Returns 1 if a state was carried, else 0.
+local function move(keys, argv)
+  local raw = redis.call('GET', keys[1])
+  if not raw then return 0 end
+  local now = tonumber(argv[1])
+  if now == 0 then now = redisnow() end
+  local v = cmsgpack.unpack(raw)
+  local n = tonumber(argv[6])
+  local out, maxreset, anyused = {}, 0, false
+  for i = 1, n do
+    local b = 6 + (i - 1) * RULE_FIELDS
+    local p = params(argv[b + 1], argv[b + 2])
+    if p == nil then return badsig(argv[b + 2]) end
+    if p.cal ~= 0 then
+      p.b0, p.b1, p.b2 = tonumber(argv[b + 3]), tonumber(argv[b + 4]), tonumber(argv[b + 5])
+    end
+    local s = fresh(p)
+    for j = 1, #v, 3 do
+      if v[j] == p.name then
+        if v[j + 1] == p.sig then
+          s = v[j + 2]
+        else
+          local oldp = parse(p.name, v[j + 1])
+          if oldp then s = convert(oldp, v[j + 2], p, s, now) end
+        end
+        break
+      end
+    end
+    local t = p.algo.advance(p, s, now)
+    if p.algo.used(p, s, t) > 0 then anyused = true end
+    maxreset = max(maxreset, p.algo.reset(p, s, t))
+    out[3 * i - 2], out[3 * i - 1], out[3 * i] = p.name, p.sig, s
+  end
+  redis.call('DEL', keys[1])
+  if anyused then
+    redis.call('SET', keys[2], cmsgpack.pack(out), 'PX', string.format('%d', ceildiv(maxreset, 1000) + 1))
+  else
+    redis.call('DEL', keys[2])
+  end
+  return 1
+end

@@ -1,0 +1,72 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate"
+)
+
+// Move carries key's state from policy from to policy to
+// (floodgate.Mover), in one call of MoveFunction: the two keys share the
+// key's hash tag, so on a Cluster they are in one slot. Move is an
+// administrative step (a per-key override set, changed or removed), not a
+// decision: it is bounded by ctx and Options.Timeout, and a failure is
+// returned, with no failure mode to fall back on.
+func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy, key string) error {
+	if from == nil || to == nil {
+		return errNoPolicy
+	}
+	if from.Name() == to.Name() {
+		return nil // one key: the newer version converts it
+	}
+	sctx, ok := s.storeContext(ctx)
+	if !ok {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return errNoTime
+	}
+	_, args := s.scriptArgs(now, &floodgate.Op{Policy: to, Key: key})
+	keys := []string{s.Key(from.Name(), key), s.Key(to.Name(), key)}
+	call := func() rueidis.RedisResult {
+		if s.scriptMode.Load() {
+			return s.moveScript.Exec(sctx, s.client, keys, args)
+		}
+		if !s.libLoaded.Load() {
+			if err := s.loadLibrary(sctx); err != nil {
+				return rueidis.NewErrorResult(err)
+			}
+			if s.scriptMode.Load() {
+				return s.moveScript.Exec(sctx, s.client, keys, args)
+			}
+		}
+		build := func() rueidis.Completed {
+			return s.client.B().Fcall().Function(MoveFunction).Numkeys(2).Key(keys...).Arg(args...).Build()
+		}
+		r := s.client.Do(sctx, build())
+		if notLoaded(r.Error()) {
+			s.libLoaded.Store(false)
+			if err := s.loadLibrary(sctx); err != nil {
+				return rueidis.NewErrorResult(err)
+			}
+			r = s.client.Do(sctx, build())
+		}
+		return r
+	}
+	var r rueidis.RedisResult
+	if s.brk.troubled.Load() {
+		r = within(sctx, call, rueidis.NewErrorResult)
+	} else {
+		r = call()
+	}
+	if err := r.Error(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errors.Join(errors.New("redisstore: moving a key's state"), err)
+	}
+	return nil
+}
