@@ -327,10 +327,20 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "override: %v", err)
 		return
 	}
+	before, had, err := st.Get(r.Context(), o.Domain, o.Key)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
 	if err := st.Put(r.Context(), o); err != nil {
 		httpError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
+	var from *overrides.Override
+	if had {
+		from = &before
+	}
+	s.carry(r.Context(), o.Domain, r.PathValue("key"), from, &o)
 	writeJSON(w, o)
 }
 
@@ -339,14 +349,64 @@ func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	ok, err := st.Delete(r.Context(), r.PathValue("domain"), boundKey(r.PathValue("key")))
+	domain, key := r.PathValue("domain"), boundKey(r.PathValue("key"))
+	before, had, err := st.Get(r.Context(), domain, key)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	ok, err := st.Delete(r.Context(), domain, key)
 	switch {
 	case err != nil:
 		httpError(w, http.StatusInternalServerError, "%v", err)
 	case !ok:
-		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), r.PathValue("domain"))
+		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), domain)
 	default:
+		if had {
+			s.carry(r.Context(), domain, r.PathValue("key"), &before, nil)
+		}
 		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// carry moves what a key has used from the policy that decided it before an
+// override change (from: its old override, nil for the rule's own numbers)
+// to the one deciding it now (to, likewise), on a store that can
+// (floodgate.Mover): raising a key's daily limit from 1,000 to 2,000 after
+// 1,500 requests leaves it 500, not a fresh 2,000, and a lower one does not
+// hand out a fresh quota either. Each rule keeps its count by name, the
+// overridden one converted to its new numbers. A key that matches no limit
+// of the live rules has nothing to carry. A failed move is logged: the
+// change stands, and the key's count starts afresh.
+func (s *Service) carry(ctx context.Context, domain, rawKey string, from, to *overrides.Override) {
+	mv, ok := s.opts.Store.(floodgate.Mover)
+	cfg := s.rules.Load()
+	if !ok || cfg == nil {
+		return
+	}
+	entries, ok := rules.ParseKey(rawKey)
+	if !ok {
+		return
+	}
+	m := cfg.Match(domain, entries)
+	key := boundKey(rawKey)
+	if m == nil || m.Limit.Policy == nil || boundKey(m.Key) != key {
+		return
+	}
+	policy := func(o *overrides.Override) *floodgate.Policy {
+		if o != nil {
+			if p, err := s.overridePolicy(domain, m.Limit, *o); err == nil {
+				return p
+			}
+		}
+		return m.Limit.Policy
+	}
+	fp, tp := policy(from), policy(to)
+	if fp == tp {
+		return
+	}
+	if err := mv.Move(ctx, s.opts.Clock.NowMicro(), fp, tp, domain+"\x00"+key); err != nil {
+		s.opts.Logger.Warn("overrides: could not carry a key's count to its new limit; it starts afresh", "domain", domain, "key", key, "err", err)
 	}
 }
 
@@ -408,6 +468,7 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 	writeJSON(w, map[string]any{
 		"limit": m.Limit.Name, "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
 		"reset_after": d.ResetAfter.String(), "retry_after": d.RetryAfter.String(), "rule": d.Rule, "degraded": d.Degraded,
+		"override": p != m.Limit.Policy,
 	})
 }
 

@@ -15,7 +15,10 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/overrides"
+	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -232,7 +235,7 @@ func TestAdminKeysFollowOverrides(t *testing.T) {
 		}
 		return out
 	}
-	if got := admin("/v1/keys/inspect"); got["rule"] != "override" || got["remaining"] != 0.0 {
+	if got := admin("/v1/keys/inspect"); got["override"] != true || got["remaining"] != 0.0 {
 		t.Fatalf("inspect: %v, want the override's state (none left)", got)
 	}
 	admin("/v1/keys/reset")
@@ -481,5 +484,71 @@ descriptors:
 	quiet := newEnv(t, service.Options{NoRateLimitHeaders: true}, file)
 	if r := quiet.ask(t, reqOf("h", d("three", "x"))); len(r.ResponseHeadersToAdd) != 0 {
 		t.Errorf("NoRateLimitHeaders: %v", r.ResponseHeadersToAdd)
+	}
+}
+
+// An override set, changed or removed through the admin API keeps what the
+// key has used, on the memory store and on Redis: a key with 2 of 10 used
+// has 3 of 5 left under an override of 5, and raising it to 20 after 4
+// leaves 16, not a fresh 20.
+func TestOverrideChangesKeepTheCount(t *testing.T) {
+	const carryRules = `domain: carry
+descriptors:
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+`
+	stores := map[string]func(t *testing.T) floodgate.Store{
+		"memory": func(t *testing.T) floodgate.Store { return nil },
+		"redis": func(t *testing.T) floodgate.Store {
+			st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, service.Options{Store: newStore(t), Overrides: overrideCache(t)}, carryRules)
+			srv := httptest.NewServer(e.svc.AdminHandler(""))
+			t.Cleanup(srv.Close)
+			key := e.svc.Rules().Match("carry", []rules.Entry{{Key: "user", Value: "u"}}).Key
+			send := func(method, body string, want int) {
+				t.Helper()
+				req, _ := http.NewRequest(method, srv.URL+"/v1/overrides/carry/"+key, strings.NewReader(body))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Fatalf("%s override: %d, want %d", method, resp.StatusCode, want)
+				}
+			}
+			req := reqOf("carry", d("user", "u"))
+			left := func(want uint32, what string) {
+				t.Helper()
+				peek := d("user", "u")
+				peek.HitsAddend = wrapperspb.UInt64(0)
+				if got := e.ask(t, reqOf("carry", peek)).Statuses[0].LimitRemaining; got != want {
+					t.Fatalf("%s: %d left, want %d", what, got, want)
+				}
+			}
+			e.ask(t, req)
+			e.ask(t, req)
+			left(8, "two of the rule's 10")
+			send("PUT", `{"limit":5,"period":"1h"}`, 200)
+			left(3, "under an override of 5")
+			e.ask(t, req)
+			e.ask(t, req)
+			left(1, "two more")
+			send("PUT", `{"limit":20,"period":"1h"}`, 200)
+			left(16, "the override raised to 20")
+			send("DELETE", "", 204)
+			left(6, "back to the rule's 10")
+		})
 	}
 }

@@ -768,8 +768,9 @@ func (s *Service) overridePolicy(domain string, l *rules.Limit, o overrides.Over
 				break
 			}
 		}
+		// the rule keeps its name: a key's count follows it by name when
+		// its override changes (carry)
 		r := o.Apply(rs[k])
-		r.Name = "override"
 		if r.Algorithm == floodgate.SlidingSubwindow && o.Algorithm == "" {
 			// the rule's sub-windows need not divide the override's period
 			r.Algorithm, r.Granularity = floodgate.SlidingWindow, 0
