@@ -257,19 +257,27 @@ func openStore(t *testing.T, srv *redistest.Server, opts redisstore.Options) *re
 	return s
 }
 
-// BatchCommand is the very call the store sends for decisions made
-// together: run by hand, it decides them, as tools replaying it expect.
-func TestBatchCommand(t *testing.T) {
-	srv := redistest.Standalone(t)
-	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
-	p := floodgate.MustPolicy("bc", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
-	ctx := context.Background()
+// batchCommand returns a store on a redis-server of the test's own, a
+// policy of 5 an hour named name, a time, two decisions under it (a: 1,
+// b: 2) and the command that makes them together.
+func batchCommand(t *testing.T, name string) (*redisstore.Store, *floodgate.Policy, int64, []floodgate.Op, []string) {
+	t.Helper()
+	s := openStore(t, redistest.Standalone(t), redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	p := floodgate.MustPolicy(name, floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
 	ops := []floodgate.Op{p.Op(floodgate.OpAllow, "a", 1, 0), p.Op(floodgate.OpAllow, "b", 2, 0)}
-	cmd, err := s.BatchCommand(ctx, now, ops)
+	cmd, err := s.BatchCommand(context.Background(), now, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, p, now, ops, cmd
+}
+
+// BatchCommand is the very call the store sends for decisions made
+// together: run by hand, it decides them, as tools replaying it expect.
+func TestBatchCommand(t *testing.T) {
+	s, p, now, ops, cmd := batchCommand(t, "bc")
+	ctx := context.Background()
 	if cmd[0] != "FCALL" || cmd[1] != redisstore.BatchFunction || cmd[2] != "2" {
 		t.Fatalf("command %q", cmd[:3])
 	}
@@ -299,16 +307,8 @@ func TestBatchCommand(t *testing.T) {
 // decisions carry no group byte, for instances of those releases sharing
 // the Redis during an upgrade.
 func TestLegacyBatchFunction(t *testing.T) {
-	srv := redistest.Standalone(t)
-	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
-	p := floodgate.MustPolicy("legacy", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	s, _, _, ops, cmd := batchCommand(t, "legacy")
 	ctx := context.Background()
-	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
-	ops := []floodgate.Op{p.Op(floodgate.OpAllow, "a", 1, 0), p.Op(floodgate.OpAllow, "b", 2, 0)}
-	cmd, err := s.BatchCommand(ctx, now, ops)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// FCALL fn 2 key key 1 1 name sig packed packed: the old layout has
 	// no group byte after the policy index.
 	cmd[1] = "floodgate_v1_batch"

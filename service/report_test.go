@@ -15,10 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/overrides"
-	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -499,18 +496,7 @@ descriptors:
       unit: hour
       requests_per_unit: 10
 `
-	stores := map[string]func(t *testing.T) floodgate.Store{
-		"memory": func(t *testing.T) floodgate.Store { return nil },
-		"redis": func(t *testing.T) floodgate.Store {
-			st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		},
-	}
-	for name, newStore := range stores {
+	for name, newStore := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, service.Options{Store: newStore(t), Overrides: overrideCache(t)}, carryRules)
 			srv := httptest.NewServer(e.svc.AdminHandler(""))

@@ -69,6 +69,20 @@ descriptors:
       requests_per_unit: 1
 `
 
+// bothStores makes the stores a test runs on: nil for newEnv's memory
+// store, and a Redis store on a redis-server of the test's own.
+var bothStores = map[string]func(t *testing.T) floodgate.Store{
+	"memory": func(t *testing.T) floodgate.Store { return nil },
+	"redis": func(t *testing.T) floodgate.Store {
+		st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	},
+}
+
 type env struct {
 	svc *service.Service
 	clk *clock.Manual
@@ -473,18 +487,7 @@ func TestOwnLimitWindowTooLong(t *testing.T) {
 // that IP with a spent user (always refused), and the first kind gets
 // exactly the IP's limit.
 func TestAllOrNothingIsAtomic(t *testing.T) {
-	stores := map[string]func(t *testing.T) floodgate.Store{
-		"memory": func(t *testing.T) floodgate.Store { return nil },
-		"redis": func(t *testing.T) floodgate.Store {
-			st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		},
-	}
-	for name, newStore := range stores {
+	for name, newStore := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, service.Options{Store: newStore(t)}, strings.ReplaceAll(aonRules, "requests_per_unit: 10", "requests_per_unit: 400"))
 			e.ask(t, reqOf("aon", d("user", "spent")))
