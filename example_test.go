@@ -112,3 +112,26 @@ func ExampleAllowBatch() {
 	// ip: true (98 left)  user: true (0 left)
 	// ip: true (97 left)  user: false (0 left)
 }
+
+// Per IP and per user, all or nothing: a request the user's limit refuses
+// takes nothing from the address's, in one atomic step.
+func ExampleAllowAll() {
+	ctx := context.Background()
+	store := memstore.MustNew(memstore.Options{})
+	clk := floodgate.WithClock(clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	perIP := floodgate.NewLimiter(floodgate.MustPolicy("ip", floodgate.Rule{Limit: 100, Period: time.Minute}), store, clk)
+	perUser := floodgate.NewLimiter(floodgate.MustPolicy("user", floodgate.Rule{Limit: 2, Period: time.Minute}), store, clk)
+
+	out := make([]floodgate.Decision, 2)
+	for range 3 {
+		ok, _ := floodgate.AllowAll(ctx, []floodgate.Item{
+			{Limiter: perIP, Key: "203.0.113.7", Cost: 1},
+			{Limiter: perUser, Key: "user:42", Cost: 1},
+		}, out)
+		fmt.Printf("admitted: %v  ip: %d left  user: %d left\n", ok, out[0].Remaining, out[1].Remaining)
+	}
+	// Output:
+	// admitted: true  ip: 99 left  user: 1 left
+	// admitted: true  ip: 98 left  user: 0 left
+	// admitted: false  ip: 98 left  user: 0 left
+}
