@@ -364,19 +364,27 @@ var errShortBatch = errors.New("redisstore: batch reply has the wrong number of 
 // (the batch script, on the client, on servers without functions),
 // loading the library first when needed, as call does.
 func (s *Store) callBatch(ctx context.Context, cc rueidis.CoreClient, keys, args []string) rueidis.RedisResult {
+	return s.callFunction(ctx, cc, BatchFunction, s.batchScript, keys, args)
+}
+
+// callFunction calls the library's function fn on cc with keys and args,
+// loading the library first if this store has not yet (or Redis lost it: a
+// restart without persistence, a new node); on servers without functions
+// it runs script (EVALSHA, EVAL when Redis lacks it) on the client.
+func (s *Store) callFunction(ctx context.Context, cc rueidis.CoreClient, fn string, script *rueidis.Lua, keys, args []string) rueidis.RedisResult {
 	if s.scriptMode.Load() {
-		return s.batchScript.Exec(ctx, s.client, keys, args)
+		return script.Exec(ctx, s.client, keys, args)
 	}
 	if !s.libLoaded.Load() {
 		if err := s.loadLibrary(ctx); err != nil {
 			return rueidis.NewErrorResult(err)
 		}
 		if s.scriptMode.Load() {
-			return s.batchScript.Exec(ctx, s.client, keys, args)
+			return script.Exec(ctx, s.client, keys, args)
 		}
 	}
 	build := func() rueidis.Completed {
-		return s.client.B().Fcall().Function(BatchFunction).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		return s.client.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
 	r := cc.Do(ctx, build())
 	if notLoaded(r.Error()) {

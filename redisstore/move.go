@@ -32,29 +32,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 	_, args := s.scriptArgs(now, &floodgate.Op{Policy: to, Key: key})
 	keys := []string{s.Key(from.Name(), key), s.Key(to.Name(), key)}
 	call := func() rueidis.RedisResult {
-		if s.scriptMode.Load() {
-			return s.moveScript.Exec(sctx, s.client, keys, args)
-		}
-		if !s.libLoaded.Load() {
-			if err := s.loadLibrary(sctx); err != nil {
-				return rueidis.NewErrorResult(err)
-			}
-			if s.scriptMode.Load() {
-				return s.moveScript.Exec(sctx, s.client, keys, args)
-			}
-		}
-		build := func() rueidis.Completed {
-			return s.client.B().Fcall().Function(MoveFunction).Numkeys(2).Key(keys...).Arg(args...).Build()
-		}
-		r := s.client.Do(sctx, build())
-		if notLoaded(r.Error()) {
-			s.libLoaded.Store(false)
-			if err := s.loadLibrary(sctx); err != nil {
-				return rueidis.NewErrorResult(err)
-			}
-			r = s.client.Do(sctx, build())
-		}
-		return r
+		return s.callFunction(sctx, s.client, MoveFunction, s.moveScript, keys, args)
 	}
 	var r rueidis.RedisResult
 	if s.brk.troubled.Load() {
