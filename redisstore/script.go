@@ -16,9 +16,10 @@ import (
 )
 
 // The decision code: redisstore/lua/*.lua in name order (helpers, one file
-// per algorithm, conversions, the dispatcher), loaded as a Redis 7 function
-// library (FUNCTION LOAD once, then FCALL) so its helpers are compiled once,
-// or run as one script (EVALSHA) on servers without functions.
+// per algorithm, conversions, the dispatcher, the move), loaded as a Redis
+// 7 function library (FUNCTION LOAD once, then FCALL) so its helpers are
+// compiled once, or run as one script (EVALSHA) on servers without
+// functions.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
