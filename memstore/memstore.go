@@ -453,47 +453,9 @@ func (s *Store) DoGroup(ctx context.Context, now int64, ops []floodgate.Op, grou
 
 // doGroup decides the members of group holding the shards of their keys.
 func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) {
-	type member struct {
-		i  int
-		t  *table
-		h  uint64
-		sh *shard
-	}
-	var buf [8]member
-again:
-	ms := buf[:0]
-	for i := range ops {
-		if !group[i] {
-			continue
-		}
-		// tables first: making one takes s.mu, which migrate holds while it
-		// takes a table's shards
-		t := s.table(ops[i].Policy, now)
-		h := s.hash(ops[i].Key)
-		ms = append(ms, member{i, t, h, &t.shards[h>>t.shift]})
-	}
-	// Lock each shard once, in address order (a table's shards are in
-	// index order, as migrate takes them), so that groups never deadlock.
-	locked := make([]*shard, 0, len(ms))
-	for _, m := range ms {
-		locked = append(locked, m.sh)
-	}
-	slices.SortFunc(locked, func(a, b *shard) int {
-		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
-	})
-	locked = slices.Compact(locked)
-	for _, sh := range locked {
-		sh.mu.Lock()
-	}
-	for _, m := range ms {
-		if m.t.dropped { // by Sweep, after table: bind again
-			for _, sh := range locked {
-				sh.mu.Unlock()
-			}
-			s.rebind(ops[m.i].Policy, now)
-			goto again
-		}
-	}
+	var mbuf [8]groupMember
+	var lbuf [8]*shard
+	ms, locked := s.lockGroup(now, ops, group, mbuf[:0], lbuf[:0])
 	all := true
 	for _, m := range ms {
 		op := ops[m.i]
@@ -510,6 +472,57 @@ again:
 	}
 	for _, sh := range locked {
 		sh.mu.Unlock()
+	}
+}
+
+// A groupMember is a member of a group and where its key lives.
+type groupMember struct {
+	i  int // index into ops
+	t  *table
+	h  uint64
+	sh *shard
+}
+
+// lockGroup finds the members' tables and shards and locks each shard
+// once, in address order (a table's shards are in index order, as migrate
+// takes them), so that groups never deadlock. A table that Sweep dropped
+// meanwhile is bound again and the whole is tried anew. It returns the
+// members and the locked shards (appended to ms and locked).
+func (s *Store) lockGroup(now int64, ops []floodgate.Op, group []bool, ms []groupMember, locked []*shard) ([]groupMember, []*shard) {
+	for {
+		ms, locked = ms[:0], locked[:0]
+		for i := range ops {
+			if !group[i] {
+				continue
+			}
+			// tables first: making one takes s.mu, which migrate holds
+			// while it takes a table's shards
+			t := s.table(ops[i].Policy, now)
+			h := s.hash(ops[i].Key)
+			ms = append(ms, groupMember{i, t, h, &t.shards[h>>t.shift]})
+			locked = append(locked, &t.shards[h>>t.shift])
+		}
+		slices.SortFunc(locked, func(a, b *shard) int {
+			return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+		})
+		locked = slices.Compact(locked)
+		for _, sh := range locked {
+			sh.mu.Lock()
+		}
+		dropped := -1
+		for _, m := range ms {
+			if m.t.dropped {
+				dropped = m.i
+				break
+			}
+		}
+		if dropped < 0 {
+			return ms, locked
+		}
+		for _, sh := range locked {
+			sh.mu.Unlock()
+		}
+		s.rebind(ops[dropped].Policy, now) // by Sweep, after table: bind again
 	}
 }
 

@@ -474,7 +474,7 @@ func TestDroppedTableRebinds(t *testing.T) {
 					ops := []floodgate.Op{{Policy: p, Key: key, Cost: 1}, {Policy: other, Key: key, Cost: 1}}
 					out := make([]floodgate.Decision, 2)
 					var err error
-					if i%2 == 1 {
+					if (i+w)%2 == 1 { // each path meets the dropped tables first in some worker
 						_, err = floodgate.DoGroup(ctx, s, now, ops, []bool{true, true}, out)
 					} else {
 						err = s.DoBatch(ctx, now, ops, out)
@@ -510,5 +510,12 @@ func TestDroppedTableRebinds(t *testing.T) {
 	}
 	if d, _ := s.Do(ctx, end, floodgate.Op{Policy: p, Key: "k", Cost: 1}); d.Allowed || s.Stats().Keys != 1 {
 		t.Fatalf("after the drop: a second request admitted (%v) or keys %d, want 1", d.Allowed, s.Stats().Keys)
+	}
+	// A move into a policy whose table was dropped binds it again too.
+	if err := s.Move(ctx, end, p, other, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.Do(ctx, end, floodgate.Op{Policy: other, Key: "k", Cost: 1}); d.Allowed {
+		t.Fatal("the moved key admitted again under the other policy: the move went into its dropped table")
 	}
 }

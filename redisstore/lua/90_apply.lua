@@ -213,20 +213,29 @@ end
 
 local function badsig(sig) return redis.error_reply('floodgate: bad rule signature ' .. tostring(sig)) end
 
-local function apply(keys, argv)
-  local now = tonumber(argv[1])
-  if now == 0 then now = redisnow() end
+-- readrules reads apply's arguments (argv[6] rules after five numbers)
+-- into ps: each rule's parameters, its calendar bounds set. It returns the
+-- rule count, or nil and an error reply for a signature it cannot read.
+local function readrules(argv, ps)
   local n = tonumber(argv[6])
-  local ps = scratch.ps
   for i = 1, n do
     local b = 6 + (i - 1) * RULE_FIELDS
     local p = params(argv[b + 1], argv[b + 2])
-    if p == nil then return badsig(argv[b + 2]) end
+    if p == nil then return nil, badsig(argv[b + 2]) end
     if p.cal ~= 0 then
       p.b0, p.b1, p.b2 = tonumber(argv[b + 3]), tonumber(argv[b + 4]), tonumber(argv[b + 5])
     end
     ps[i] = p
   end
+  return n
+end
+
+local function apply(keys, argv)
+  local now = tonumber(argv[1])
+  if now == 0 then now = redisnow() end
+  local ps = scratch.ps
+  local n, bad = readrules(argv, ps)
+  if n == nil then return bad end
   return {decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))}
 end
 

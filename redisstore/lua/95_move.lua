@@ -12,15 +12,12 @@ local function move(keys, argv)
   local now = tonumber(argv[1])
   if now == 0 then now = redisnow() end
   local v = cmsgpack.unpack(raw)
-  local n = tonumber(argv[6])
+  local ps = {}
+  local n, bad = readrules(argv, ps)
+  if n == nil then return bad end
   local out, maxreset, anyused = {}, 0, false
   for i = 1, n do
-    local b = 6 + (i - 1) * RULE_FIELDS
-    local p = params(argv[b + 1], argv[b + 2])
-    if p == nil then return badsig(argv[b + 2]) end
-    if p.cal ~= 0 then
-      p.b0, p.b1, p.b2 = tonumber(argv[b + 3]), tonumber(argv[b + 4]), tonumber(argv[b + 5])
-    end
+    local p = ps[i]
     local s = fresh(p)
     for j = 1, #v, 3 do
       if v[j] == p.name then
