@@ -68,11 +68,7 @@ func (s *Store) Snapshot(path string) error {
 		tmp.Close()
 		return err
 	}
-	bw := bufio.NewWriterSize(tmp, 1<<16)
-	err = s.writeSnapshot(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
+	err = s.writeSnapshot(tmp)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -85,7 +81,22 @@ func (s *Store) Snapshot(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-func (s *Store) writeSnapshot(w io.Writer) error {
+// snapFile is what a snapshot is written to: in order, but for the key
+// counts, filled in at the end (WriteAt).
+type snapFile interface {
+	io.Writer
+	io.WriterAt
+}
+
+// writeSnapshot streams every table to f through one small buffer. Each
+// shard's live slots are encoded and written under the shard's lock (where
+// they were once copied into one slice of every key, then written: about
+// five times the tables in allocations, 6 GB at the 1 GiB memory cap), so a
+// snapshot takes a buffer's worth of memory whatever the tables hold. A
+// table's key count comes before its keys in the file but is known only
+// once its last shard is written: it is written as 0, then filled in once
+// everything else is flushed.
+func (s *Store) writeSnapshot(f snapFile) error {
 	s.mu.Lock()
 	tables := make([]*table, 0, len(s.byName))
 	for _, t := range s.byName {
@@ -98,71 +109,134 @@ func (s *Store) writeSnapshot(w io.Writer) error {
 	s.mu.Unlock()
 
 	le := binary.LittleEndian
+	sw := &snapWriter{bw: bufio.NewWriterSize(f, 1<<16)}
 	buf := []byte(snapMagic)
 	buf = le.AppendUint64(buf, s.k0)
 	buf = le.AppendUint64(buf, s.k1)
 	buf = le.AppendUint32(buf, uint32(len(tables)+len(pending)))
-	if _, err := w.Write(buf); err != nil {
+	if err := sw.write(buf); err != nil {
 		return err
 	}
-	writeTable := func(p *floodgate.Policy, wps int, words []int64, count int) error {
+	// writeHeader writes a table's header with count keys and returns
+	// where the count is.
+	writeHeader := func(p *floodgate.Policy, wps int, count uint64) (int64, error) {
 		hdr, err := json.Marshal(header(p))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		b := le.AppendUint32(nil, uint32(len(hdr)))
 		b = append(b, hdr...)
 		b = le.AppendUint32(b, uint32(wps))
-		b = le.AppendUint64(b, uint64(count))
-		if _, err := w.Write(b); err != nil {
-			return err
+		if err := sw.write(b); err != nil {
+			return 0, err
 		}
-		return writeWords(w, wps, words)
+		at := sw.off
+		return at, sw.write(le.AppendUint64(b[:0], count))
 	}
 	for _, pt := range pending {
-		if err := writeTable(pt.policy, pt.w, pt.words, len(pt.words)/pt.w); err != nil {
+		if _, err := writeHeader(pt.policy, pt.w, uint64(len(pt.words)/pt.w)); err != nil {
+			return err
+		}
+		if err := sw.words(pt.words[:len(pt.words)/pt.w*pt.w]); err != nil {
 			return err
 		}
 	}
+	type count struct {
+		at int64
+		n  uint64
+	}
+	counts := make([]count, 0, len(tables))
 	for _, t := range tables {
-		// Copy each shard under its lock; write without holding it.
-		p, wps := t.policy.Load(), 0
-		var words []int64
+		// Write each shard under its lock, the policy and slot width as
+		// shard 0 has them (a shard converted meanwhile is passed over).
+		var at int64
+		n, wps := 0, 0
 		for i := range t.shards {
 			sh := &t.shards[i]
 			sh.mu.Lock()
+			var err error
 			if i == 0 {
-				p, wps = t.policy.Load(), sh.w
+				wps = sh.w
+				at, err = writeHeader(t.policy.Load(), wps, 0)
 			}
-			if sh.w == wps {
-				for j := 0; j+sh.w <= len(sh.words); j += sh.w {
-					if sh.words[j] != 0 {
-						words = append(words, sh.words[j:j+sh.w]...)
-					}
-				}
+			if err == nil && sh.w == wps {
+				var k int
+				k, err = sw.slots(sh.words, wps)
+				n += k
 			}
 			sh.mu.Unlock()
+			if err != nil {
+				return err
+			}
 		}
-		if err := writeTable(p, wps, words, len(words)/max(wps, 1)); err != nil {
+		counts = append(counts, count{at, uint64(n)})
+	}
+	if err := sw.bw.Flush(); err != nil {
+		return err
+	}
+	var b [8]byte
+	for _, c := range counts {
+		le.PutUint64(b[:], c.n)
+		if _, err := f.WriteAt(b[:], c.at); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func writeWords(w io.Writer, wps int, words []int64) error {
-	b := make([]byte, 0, 1<<15)
-	for _, x := range words {
-		b = binary.LittleEndian.AppendUint64(b, uint64(x))
-		if len(b) == cap(b) {
-			if _, err := w.Write(b); err != nil {
+// snapWriter writes a snapshot through bw, counting the bytes.
+type snapWriter struct {
+	bw  *bufio.Writer
+	off int64 // bytes written so far
+}
+
+func (w *snapWriter) write(b []byte) error {
+	n, err := w.bw.Write(b)
+	w.off += int64(n)
+	return err
+}
+
+// words writes ws, little-endian, encoded straight into bw's buffer.
+func (w *snapWriter) words(ws []int64) error {
+	for len(ws) > 0 {
+		b := w.bw.AvailableBuffer()
+		n := min(len(ws), cap(b)/8)
+		if n == 0 {
+			if err := w.bw.Flush(); err != nil {
 				return err
 			}
-			b = b[:0]
+			continue
 		}
+		for _, x := range ws[:n] {
+			b = binary.LittleEndian.AppendUint64(b, uint64(x))
+		}
+		if err := w.write(b); err != nil {
+			return err
+		}
+		ws = ws[n:]
 	}
-	_, err := w.Write(b)
-	return err
+	return nil
+}
+
+// slots writes the live slots (hash not 0) of a shard's words, wps words
+// each, and returns how many.
+func (w *snapWriter) slots(words []int64, wps int) (int, error) {
+	n := 0
+	for j := 0; j+wps <= len(words); {
+		if words[j] == 0 {
+			j += wps
+			continue
+		}
+		k := j // a run of live slots, written at once
+		for ; k+wps <= len(words) && words[k] != 0; k += wps {
+			n++
+		}
+		if err := w.words(words[j:k]); err != nil {
+			return n, err
+		}
+		j = k
+	}
+	return n, nil
 }
 
 func header(p *floodgate.Policy) snapHeader {
@@ -220,6 +294,11 @@ func (s *Store) restore(path string) error {
 	return nil
 }
 
+// readSnapshot reads a snapshot into the store's tables, a key at a time:
+// each table is filled as it is read (as adopt would fill it), marked
+// restored for its policy to take over, so that a restart holds the tables
+// and a buffer, not a copy of the whole file besides. It runs in New,
+// before the store is shared.
 func (s *Store) readSnapshot(r io.Reader) error {
 	le := binary.LittleEndian
 	head := make([]byte, len(snapMagic)+20)
@@ -230,8 +309,10 @@ func (s *Store) readSnapshot(r io.Reader) error {
 		return errors.New("not a floodgate memstore snapshot (or another version)")
 	}
 	b := head[len(snapMagic):]
-	k0, k1, n := le.Uint64(b), le.Uint64(b[8:]), le.Uint32(b[16:])
-	pending := map[string]*snapTable{}
+	n := le.Uint32(b[16:])
+	// the keys' hashes are under the snapshot's hash key
+	s.k0, s.k1 = le.Uint64(b), le.Uint64(b[8:])
+	now := s.opts.Clock.NowMicro()
 	for ti := range n {
 		var lb [4]byte
 		if _, err := io.ReadFull(r, lb[:]); err != nil {
@@ -260,20 +341,43 @@ func (s *Store) readSnapshot(r io.Reader) error {
 		if count > uint64(s.opts.MaxKeys)*2 || count*uint64(w) > 1<<34 {
 			return fmt.Errorf("table %d (policy %q): %d keys", ti, h.Policy, count)
 		}
-		words := make([]int64, int(count)*w)
+		t := s.newTable(p)
 		wb := make([]byte, 8*w)
+		state := make([]int64, w-1)
 		for i := range int(count) {
 			if _, err := io.ReadFull(r, wb); err != nil {
 				return fmt.Errorf("table %d (policy %q): key %d: %w", ti, h.Policy, i, err)
 			}
-			for j := range w {
-				words[i*w+j] = int64(le.Uint64(wb[8*j:]))
+			hash := le.Uint64(wb)
+			if hash == 0 {
+				continue
 			}
+			for j := range state {
+				state[j] = int64(le.Uint64(wb[8*(j+1):]))
+			}
+			if p.Consumption(state, now) == 0 {
+				continue
+			}
+			sh := &t.shards[hash>>t.shift]
+			copy(sh.state(sh.insert(t, p, hash, now)), state)
 		}
-		pending[h.Policy] = &snapTable{policy: p, w: w, words: words}
+		t.restored = true
+		if old := s.byName[h.Policy]; old != nil {
+			s.discard(old) // a name twice: the last table holds, as it did
+		}
+		s.byName[h.Policy] = t
 	}
-	s.k0, s.k1, s.pending = k0, k1, pending
 	return nil
+}
+
+// discard takes table t's keys and bytes off the store's counts. t is
+// unpublished.
+func (s *Store) discard(t *table) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		s.keys.Add(-int64(sh.n))
+		s.bytes.Add(-int64(len(sh.words)) * 8)
+	}
 }
 
 // adopt fills table t (new, unpublished) with a restored snapshot's keys,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -78,6 +79,7 @@ type commonConfig struct {
 	logLevel, logFormat              string
 	calendarMonth                    bool
 	drain, reloadEvery, storeTimeout time.Duration
+	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
 	// starts, so a SIGHUP sent as soon as the listeners answer reloads
 	// instead of killing the process (its default action).
@@ -109,6 +111,11 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--drain-timeout %v: want 0 or more", c.drain)
 	case c.storeTimeout <= 0:
 		return fmt.Errorf("--store-timeout %v: want more than 0", c.storeTimeout)
+	}
+	if c.adminToken != "" && !visibleToken(c.adminToken) {
+		// an HTTP header's value loses its leading and trailing blanks, so
+		// such a token could never be sent; a blank one guards nothing
+		return fmt.Errorf("--admin-token: want printable ASCII with no leading or trailing blanks (and not only blanks), got %d bytes that are not", len(c.adminToken))
 	}
 	if !isLoopback(c.adminAddr) && c.adminToken == "" {
 		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
@@ -142,7 +149,7 @@ type openedStore struct {
 // directory) or Redis, whose counters it registers in m.
 func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.Metrics) (*openedStore, error) {
 	if c.store == "memory" || c.store == "" {
-		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), Logger: log})
+		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxMemory: int64(c.maxMemory), Logger: log})
 		if err != nil {
 			return nil, err
 		}
@@ -168,6 +175,61 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 		}
 		return true, "ready: Redis store"
 	}}, nil
+}
+
+// registerMaxMemory adds --max-memory, the memory store's cap on its key
+// tables (memstore.Options.MaxMemory), for serve and proxy.
+func (c *commonConfig) registerMaxMemory(fs *flag.FlagSet) {
+	c.maxMemory = envSize("MAX_MEMORY", 1<<30)
+	fs.Var(&c.maxMemory, "max-memory", "memory store: cap on the bytes of its key tables, a `size`: 1073741824, 512MiB, 2GiB; at the cap a new key evicts the least consumed of a sample instead of growing a table (a sliding_log rule takes 8 bytes a key per request of its limit) [FLOODGATE_MAX_MEMORY]")
+}
+
+// byteSize is a flag's count of bytes: a whole number of bytes, or of B,
+// KiB, MiB, GiB or TiB (GOMEMLIMIT's units), more than 0.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []string{"TiB", "GiB", "MiB", "KiB"} {
+		if unit := sizeUnits[u]; n != 0 && n%unit == 0 {
+			return strconv.FormatInt(n/unit, 10) + u
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+var sizeUnits = map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+func parseSize(v string) (int64, error) {
+	num := strings.TrimRight(v, "BKMGTi")
+	unit, ok := sizeUnits[v[len(num):]]
+	n, err := strconv.ParseInt(num, 10, 64)
+	switch {
+	case !ok || err != nil:
+		return 0, errors.New("want bytes, or a whole number of KiB, MiB, GiB or TiB (512MiB, 2GiB)")
+	case n <= 0:
+		return 0, errors.New("want more than 0")
+	case n > math.MaxInt64/unit:
+		return 0, errors.New("too large")
+	}
+	return n * unit, nil
+}
+
+// envSize is envDuration for a byteSize.
+func envSize(name string, def byteSize) byteSize {
+	if n, err := parseSize(envString(name, "")); err == nil {
+		return byteSize(n)
+	}
+	return def
 }
 
 // storeCollector exports a Redis store's counters (redisstore.Stats).
@@ -268,4 +330,15 @@ func (c *commonConfig) serveUntilStopped(ctx context.Context, log *slog.Logger, 
 			loader.reload(false)
 		}
 	}
+}
+
+// visibleToken reports whether tok can be sent as a bearer token as it is:
+// printable ASCII, not starting or ending with a space.
+func visibleToken(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < ' ' || tok[i] > '~' {
+			return false
+		}
+	}
+	return tok[0] != ' ' && tok[len(tok)-1] != ' '
 }
