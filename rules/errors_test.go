@@ -49,6 +49,31 @@ descriptors:
 domain: y
 `, []string{`bad.yaml:2: a second YAML document: a rules file holds one domain`}},
 
+	{"second document after an empty one", "domain: x\n---\n# nothing\n---\ndomain: y\n",
+		[]string{`bad.yaml:4: a second YAML document: a rules file holds one domain`}},
+
+	{"second document holding null", "domain: x\n---\n~\n",
+		[]string{`bad.yaml:2: a second YAML document: a rules file holds one domain`}},
+
+	{"empty unit", `domain: x
+descriptors:
+  - key: a
+    rate_limit: {unit: "", requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: "", unlimited: false, requests_per_unit: 5}
+`, []string{
+		`bad.yaml:4: descriptors[0].rate_limit.unit: unknown unit "" (want second, minute, hour, day, week, month or year)`,
+		`bad.yaml:6: descriptors[1].rate_limit.unit: unknown unit "" (want second, minute, hour, day, week, month or year)`,
+	}},
+
+	{"unlimited with unknown unit", `domain: x
+descriptors:
+  - key: foo
+    rate_limit:
+      unlimited: true
+      unit: fortnight
+`, []string{`bad.yaml:6: descriptors[0].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)`}},
+
 	{"missing and empty keys", `domain: x
 descriptors:
   - value: a

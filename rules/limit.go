@@ -116,6 +116,7 @@ func (p *parser) readSpec(v *yaml.Node, path string) *spec {
 		return nil
 	}
 	s := &spec{path: path, line: m.Line, lines: map[string]int{}, set: map[string]bool{}}
+	emptyUnit := 0 // the line of unit: "", if given
 	for _, f := range p.fields(m, path) {
 		fp := join(path, f.name)
 		val := p.resolve(f.val)
@@ -139,6 +140,13 @@ func (p *parser) readSpec(v *yaml.Node, path string) *spec {
 			var u string
 			if u, ok = p.str(val, fp); ok {
 				s.unit = strings.ToLower(u)
+				if u == "" {
+					// Read once unlimited is known, below: an empty unit
+					// is absent when unlimited, as envoyproxy/ratelimit
+					// takes it, and unknown otherwise.
+					emptyUnit = val.Line
+					break
+				}
 				if s.unitWin, ok = unitWindow(s.unit); !ok {
 					p.add(val.Line, fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", u)
 				}
@@ -240,6 +248,15 @@ func (p *parser) readSpec(v *yaml.Node, path string) *spec {
 			s.localPct, ok = p.integer(val, fp, 1, 100)
 		}
 		if !ok {
+			s.failed = true
+		}
+	}
+	if emptyUnit > 0 {
+		if s.unlimited {
+			delete(s.set, "unit")
+			delete(s.lines, "unit")
+		} else {
+			p.add(emptyUnit, join(path, "unit"), "unknown unit \"\" (want second, minute, hour, day, week, month or year)")
 			s.failed = true
 		}
 	}

@@ -72,23 +72,57 @@ func IsRulesFile(name string) bool {
 // files of its subdirectories. Links are followed; a link that leads
 // nowhere is listed, so that reading it reports the problem.
 func Files(dir string) ([]string, error) {
+	files, _, err := List(dir)
+	return files, err
+}
+
+// List returns the paths of dir's rules files, as Files does, and those of
+// the entries it skips that look meant to be read: envoyproxy/ratelimit
+// reads every file under its directory, recursively and whatever its
+// name, so a directory written for it may hold rules in team/sub.yaml,
+// rules.conf or noext, which are not loaded here. Skipped are the regular
+// files (links followed) that are no rules files, and the subdirectories
+// (and links to directories), these with a trailing separator ("team/");
+// both sorted by name. Hidden names (starting with '.', such as a
+// ConfigMap's "..data" and "..2026_..." entries) and editors' backups and
+// swap files (ending in "~", ".swp", ".swo" or ".swx") are not listed:
+// they are not meant to be read. Nor are other kinds of entry (FIFOs,
+// sockets, links leading nowhere) whose names are no rules files.
+func List(dir string) (files, skipped []string, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var paths []string
 	for _, e := range ents {
-		if !IsRulesFile(e.Name()) {
+		name := e.Name()
+		rulesFile := IsRulesFile(name)
+		if !rulesFile && (strings.HasPrefix(name, ".") || isEditorFile(name)) {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
-		if info, err := os.Stat(p); err == nil && info.IsDir() {
-			continue
+		p := filepath.Join(dir, name)
+		info, err := os.Stat(p)
+		switch {
+		case err == nil && info.IsDir():
+			skipped = append(skipped, p+string(filepath.Separator))
+		case rulesFile:
+			files = append(files, p)
+		case err == nil && info.Mode().IsRegular():
+			skipped = append(skipped, p)
 		}
-		paths = append(paths, p)
 	}
-	sort.Strings(paths)
-	return paths, nil
+	sort.Strings(files)
+	sort.Strings(skipped)
+	return files, skipped, nil
+}
+
+// isEditorFile reports whether name is an editor's backup or swap file.
+func isEditorFile(name string) bool {
+	for _, suffix := range []string{"~", ".swp", ".swo", ".swx"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadFile reads one rules file: a regular file (links followed) of at

@@ -130,6 +130,8 @@ func badByte(data []byte) (line int, what string) {
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // decodeYAML parses one YAML document. An empty file is an empty mapping.
+// Empty documents after it (a trailing "---") are ignored; a second
+// document with content is an error.
 func decodeYAML(data []byte) (root *yaml.Node, line int, msg string) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -145,18 +147,37 @@ func decodeYAML(data []byte) (root *yaml.Node, line int, msg string) {
 		line, msg := yamlErrLine(err)
 		return nil, line, msg
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			line, msg := yamlErrLine(err)
 			return nil, line, msg
 		}
-		return nil, extra.Line, "a second YAML document: a rules file holds one domain"
+		if !emptyDocument(&extra) {
+			return nil, extra.Line, "a second YAML document: a rules file holds one domain"
+		}
 	}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		return doc.Content[0], 0, ""
 	}
 	return &doc, 0, ""
+}
+
+// emptyDocument reports whether doc, a document after the first, holds
+// nothing: a trailing "---" followed by nothing, or by comments and blank
+// lines only, as Helm and concatenated files end. envoyproxy/ratelimit
+// reads the first document and ignores the rest; here a later document
+// with content (even an explicit null, "~") is refused, an empty one is not.
+func emptyDocument(doc *yaml.Node) bool {
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return false
+	}
+	n := doc.Content[0]
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == "" && n.Style == 0 && n.Anchor == ""
 }
 
 func yamlErrLine(err error) (int, string) {

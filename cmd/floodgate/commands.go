@@ -61,10 +61,13 @@ func validate(args []string, stdout, stderr io.Writer) int {
 			named[a] = true
 			continue
 		}
-		m, err := rules.Files(a) // what serve and proxy read
+		m, skipped, err := rules.List(a) // what serve and proxy read, and skip
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
+		}
+		for _, s := range skipped {
+			fmt.Fprintf(stdout, "skip  %s\n      note: not loaded: a rules directory's files are its own *.yaml and *.yml (envoyproxy/ratelimit reads every file, subdirectories included)\n", s)
 		}
 		files = append(files, m...)
 	}

@@ -42,6 +42,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.register(fs, "overrides, memory-store snapshots, the example rules", "127.0.0.1:6070")
+	c.registerMaxMemory(fs)
 	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address (port 0: any free port) [FLOODGATE_GRPC_ADDR]")
 	fs.StringVar(&c.httpAddr, "http-addr", envString("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
 	fs.StringVar(&c.tlsCert, "tls-cert", envString("TLS_CERT", ""), "TLS certificate for the gRPC and HTTP listeners [FLOODGATE_TLS_CERT]")
@@ -304,6 +305,7 @@ type ruleLoader struct {
 	files   map[string]*rules.Domain // by path: the last good version
 	sig     string
 	opts    rules.Options
+	skipped map[string]bool // the entries last reported as not loaded (rules.List)
 	// onLoad, when set, takes each configuration read (the first one
 	// included) before it counts as loaded; an error refuses it whole:
 	// the previous files stay the loader's, and the reload counts as
@@ -319,12 +321,16 @@ type ruleLoader struct {
 // file rules.ReadFile refuses unread (a FIFO, a device, one too large) is
 // described by the refusal, its size and its time. It returns the files'
 // paths sorted by name. Rules files are small; reading them at every poll
-// costs little.
+// costs little. A directory that cannot be listed (deleted, renamed) is
+// described by the error, returned too, so that the state is refused once
+// until it changes. Entries skipped as no rules files are reported
+// (noteSkipped) but are no part of the signature.
 func (l *ruleLoader) signature() (string, []string, error) {
-	paths, err := rules.Files(l.dir)
+	paths, skipped, err := rules.List(l.dir)
 	if err != nil {
-		return "", nil, err
+		return "!" + err.Error(), nil, err
 	}
+	l.noteSkipped(skipped)
 	var b strings.Builder
 	for _, p := range paths {
 		n := filepath.Base(p)
@@ -363,6 +369,7 @@ func (l *ruleLoader) load() (*rules.Config, error) {
 func (l *ruleLoader) read() (*rules.Config, int, error) {
 	sig, paths, err := l.signature()
 	if err != nil {
+		l.sig = sig
 		l.metrics.Reload(false, len(l.files))
 		return nil, 0, fmt.Errorf("--rules %s: %w", l.dir, err)
 	}
@@ -450,12 +457,28 @@ func (l *ruleLoader) dedupe(paths []string, next map[string]*rules.Domain) int {
 	return refused
 }
 
+// noteSkipped warns of the entries of the directory that are not loaded
+// (rules.List: a subdirectory, rules.conf, a file without an extension),
+// which envoyproxy/ratelimit would read: each once, when it appears,
+// rather than at every poll. Hidden entries and editors' files are not
+// listed, so they stay silent.
+func (l *ruleLoader) noteSkipped(skipped []string) {
+	now := make(map[string]bool, len(skipped))
+	for _, p := range skipped {
+		now[p] = true
+		if !l.skipped[p] {
+			l.log.Warn("rules directory entry not loaded: only the directory's own *.yaml and *.yml files are rules files (envoyproxy/ratelimit reads every file, subdirectories included)", "entry", p)
+		}
+	}
+	l.skipped = now
+}
+
 // reload reads the directory again when its files have changed since the
 // last read, or always when force is set (SIGHUP), and puts the result
 // live.
 func (l *ruleLoader) reload(force bool) {
 	if !force {
-		if sig, _, err := l.signature(); err == nil && sig == l.sig {
+		if sig, _, _ := l.signature(); sig == l.sig {
 			return
 		}
 	}
