@@ -18,6 +18,9 @@ const (
 	MaxDomainLen = 255
 	MaxKeyLen    = 4096
 	MaxNoteLen   = 1024
+	// MaxLimit caps Limit and Burst: the largest requests_per_unit a rule
+	// file and Envoy's API can say (32 bits).
+	MaxLimit = 1<<32 - 1
 	// MaxListLimit caps List's page size.
 	MaxListLimit = 1000
 )
@@ -169,12 +172,16 @@ func (o Override) Validate() error {
 		return bad("key", "must be UTF-8")
 	case o.Limit <= 0:
 		return bad("limit", "must be positive, got %d", o.Limit)
+	case o.Limit > MaxLimit:
+		return bad("limit", "at most %d, got %d", int64(MaxLimit), o.Limit)
 	case o.Period < time.Microsecond:
 		return bad("period", "must be at least 1µs, got %s", o.Period)
 	case o.Period%time.Microsecond != 0:
 		return bad("period", "must be a whole number of microseconds, got %s", o.Period)
 	case o.Burst < 0:
 		return bad("burst", "must not be negative, got %d", o.Burst)
+	case o.Burst > MaxLimit:
+		return bad("burst", "at most %d, got %d", int64(MaxLimit), o.Burst)
 	case len(o.Note) > MaxNoteLen:
 		return bad("note", "at most %d bytes, got %d", MaxNoteLen, len(o.Note))
 	case !utf8.ValidString(o.Note):

@@ -138,8 +138,9 @@ func (s *Service) HTTPHandler(m *Metrics, ready Readiness) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/json", s.serveJSON) // any method, as envoyproxy/ratelimit takes it
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK\n") })
-	// envoyproxy/ratelimit's liveness path, for probes written for it
-	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK\n") })
+	// envoyproxy/ratelimit's liveness path, for probes written for it: any
+	// method, and its body
+	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := true, "ready"
 		if ready != nil {
@@ -237,7 +238,36 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return RequireToken(token, mux)
+	return RequireToken(token, adminDeadline(mux))
+}
+
+// AdminTimeout bounds an admin call's work on the stores (the overrides
+// store, the rate-limit store): when one does not answer in time the call
+// gets 503 instead of waiting as long as its client does.
+var AdminTimeout = 5 * time.Second
+
+// adminDeadline gives every admin call but the profiles (which run as long
+// as asked) a deadline of AdminTimeout.
+func adminDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), AdminTimeout)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// storeError answers an admin call whose store call failed: 503 when the
+// store did not answer in time or is unavailable, else 500.
+func storeError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		httpError(w, http.StatusServiceUnavailable, "the store did not answer within %s: %v", AdminTimeout, err)
+		return
+	}
+	httpError(w, http.StatusInternalServerError, "%v", err)
 }
 
 // RequireToken guards h with a bearer token: a request without
@@ -282,7 +312,7 @@ func (s *Service) adminList(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := st.List(r.Context(), r.PathValue("domain"), r.URL.Query().Get("after"), limit)
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "%v", err)
+		storeError(w, r, err)
 		return
 	}
 	if list == nil {
@@ -299,7 +329,7 @@ func (s *Service) adminGet(w http.ResponseWriter, r *http.Request) {
 	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), boundKey(r.PathValue("key")))
 	switch {
 	case err != nil:
-		httpError(w, http.StatusInternalServerError, "%v", err)
+		storeError(w, r, err)
 	case !ok:
 		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), r.PathValue("domain"))
 	default:
@@ -327,13 +357,17 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "override: %v", err)
 		return
 	}
+	// one change at a time: two at once would both carry the count from
+	// the same policy, and the second move would overwrite the first
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
 	before, had, err := st.Get(r.Context(), o.Domain, o.Key)
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "%v", err)
+		storeError(w, r, err)
 		return
 	}
 	if err := st.Put(r.Context(), o); err != nil {
-		httpError(w, http.StatusInternalServerError, "%v", err)
+		storeError(w, r, err)
 		return
 	}
 	var from *overrides.Override
@@ -350,15 +384,17 @@ func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	domain, key := r.PathValue("domain"), boundKey(r.PathValue("key"))
+	s.adminMu.Lock() // as adminPut
+	defer s.adminMu.Unlock()
 	before, had, err := st.Get(r.Context(), domain, key)
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "%v", err)
+		storeError(w, r, err)
 		return
 	}
 	ok, err := st.Delete(r.Context(), domain, key)
 	switch {
 	case err != nil:
-		httpError(w, http.StatusInternalServerError, "%v", err)
+		storeError(w, r, err)
 	case !ok:
 		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), domain)
 	default:
@@ -463,6 +499,14 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: kr.Domain + "\x00" + key, Kind: kind})
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	if d.Degraded { // the store did not answer: its failure mode's made-up answer says nothing of the key
+		what := "inspected"
+		if kind == floodgate.OpReset {
+			what = "reset"
+		}
+		httpError(w, http.StatusServiceUnavailable, "the store is unavailable: key %q of limit %q was not %s", key, m.Limit.Name, what)
 		return
 	}
 	writeJSON(w, map[string]any{

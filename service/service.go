@@ -81,6 +81,8 @@ type Service struct {
 	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
 	policyHeaderCount atomic.Int64
 
+	adminMu sync.Mutex // serializes override changes: each carries the count from the one before
+
 	overrideFailed atomic.Int64 // when an override lookup last failed (UnixNano)
 	lastLog        atomic.Int64
 }

@@ -261,10 +261,17 @@ func TestServeGRPCHealthAndReflection(t *testing.T) {
 		t.Fatalf("health of an unknown service: %v, want NotFound", err)
 	}
 	// envoyproxy/ratelimit's HTTP liveness path, and /json by any method, as there
-	if resp, err := http.Get("http://" + s.http + "/healthcheck"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET /healthcheck: %v %v", resp, err)
-	} else {
+	for _, method := range []string{"GET", "POST", "HEAD"} {
+		req, _ := http.NewRequest(method, "http://"+s.http+"/healthcheck", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s /healthcheck: %v %v", method, resp, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if want := map[bool]string{true: "", false: "OK"}[method == "HEAD"]; string(b) != want {
+			t.Fatalf("%s /healthcheck: body %q, want %q as envoyproxy/ratelimit sends", method, b, want)
+		}
 	}
 	req, _ := http.NewRequest("PUT", "http://"+s.http+"/json", strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"h"}]}]}`))
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
