@@ -160,7 +160,11 @@ func (s *Service) HTTPHandler(m *Metrics, ready Readiness) http.Handler {
 func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		httpError(w, http.StatusRequestEntityTooLarge, "request body: %v", err)
+		code := http.StatusBadRequest // cut short, or too slow
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		httpError(w, code, "request body: %v", err)
 		return
 	}
 	var req rlsv3.RateLimitRequest

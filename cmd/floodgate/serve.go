@@ -210,12 +210,13 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	gs := grpc.NewServer(gopts...)
 	health := svc.RegisterGRPC(gs)
 	// Bodies here are small JSON: a client that sends one slowly, or keeps
-	// an idle connection, is not kept waiting for (nor waited for by
-	// SIGTERM's drain). See httpTimeouts.
+	// an idle connection, is not kept waiting for (see httpTimeouts), nor
+	// waited for by SIGTERM's drain (the cutter ends its read).
 	to := httpTimeouts
-	hs := &http.Server{Handler: svc.HTTPHandler(metrics, ready), TLSConfig: tlsConf,
+	var cutter bodyCutter
+	hs := &http.Server{Handler: cutter.wrap(svc.HTTPHandler(metrics, ready)), TLSConfig: tlsConf,
 		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
-	as := &http.Server{Handler: svc.AdminHandler(c.adminToken),
+	as := &http.Server{Handler: cutter.wrap(svc.AdminHandler(c.adminToken)),
 		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
 
 	var wg sync.WaitGroup
@@ -248,6 +249,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	defer cancel()
 	var drained sync.WaitGroup
 	drained.Go(func() { service.Drain(dctx, gs.GracefulStop, gs.Stop) })
+	cutter.cut()
 	drained.Go(func() { hs.Shutdown(dctx) })
 	drained.Go(func() { as.Shutdown(dctx) })
 	drained.Wait()
