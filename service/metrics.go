@@ -192,12 +192,12 @@ func (m *Metrics) domain(domain string) *domainSeries {
 	return v.(*domainSeries)
 }
 
-func (m *Metrics) observeDecision(domain string, l *rules.Limit, key, statKey string, d *floodgate.Decision) {
+func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, key, statKey string, d *floodgate.Decision) {
 	outcome := 0 // ok
 	if !d.Allowed {
 		outcome = 1 // over_limit
 		switch {
-		case l.ShadowMode:
+		case shadow:
 			outcome = 2 // shadow_over_limit
 		case l.QuotaMode:
 			outcome = 3 // quota_over_limit: admitted in quota mode

@@ -55,6 +55,10 @@ type Options struct {
 	// after OverrideTimeout (default 50ms) and the rule decides.
 	Overrides       overrides.Store
 	OverrideTimeout time.Duration
+	// ShadowMode puts every limit in shadow mode, as shadow_mode: true on
+	// each would (envoyproxy/ratelimit's SHADOW_MODE): decisions are made,
+	// counted and reported in metrics, and no request is refused.
+	ShadowMode bool
 	// AllowRequestLimits honours a descriptor's own `limit` field. Off by
 	// default: it lets a caller choose its own limit.
 	AllowRequestLimits bool
@@ -322,7 +326,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	if dom := cfg.Domain(req.Domain); dom != nil && dom.AllOrNothing && len(ops) > 0 {
 		refused := false
 		for i := range items {
-			if it := &items[i]; it.limit != nil && !it.limit.ShadowMode && !it.limit.QuotaMode && it.blockedOver() {
+			if it := &items[i]; it.limit != nil && !s.shadow(it.limit) && !it.limit.QuotaMode && it.blockedOver() {
 				refused = true
 			}
 		}
@@ -330,7 +334,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		group = make([]bool, len(ops))
 		for i := range items {
 			it := &items[i]
-			if it.op < 0 || it.limit == nil || it.limit.ShadowMode || it.limit.QuotaMode || it.refund {
+			if it.op < 0 || it.limit == nil || s.shadow(it.limit) || it.limit.QuotaMode || it.refund {
 				continue
 			}
 			if refused && ops[it.op].Kind == floodgate.OpAllow {
@@ -388,18 +392,18 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 				wait = windowLeft(now, ph.rules[0].period)
 				st.DurationUntilReset = setDuration(&p.duration, wait)
 			}
-			if !it.limit.ShadowMode && !it.limit.QuotaMode { // the headers say 0 left, as the status does
+			if !s.shadow(it.limit) && !it.limit.QuotaMode { // the headers say 0 left, as the status does
 				hdr.add(ph, &floodgate.Decision{Allowed: !it.blockedOver(), ResetAfter: wait, RetryAfter: wait, Rule: ph.rules[0].rule}, it.blockedOver())
 			}
 			if s.opts.Metrics != nil {
-				s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, it.statKey(), &floodgate.Decision{Allowed: !it.blockedOver()})
+				s.opts.Metrics.observeDecision(req.Domain, it.limit, s.shadow(it.limit), it.key, it.statKey(), &floodgate.Decision{Allowed: !it.blockedOver()})
 			}
 			switch {
 			case !it.blockedOver():
 				// a check (hits_addend 0) or a refund: 0 hits do not exceed 0
 			case it.limit.QuotaMode:
 				violations = append(violations, i)
-			case !it.limit.ShadowMode:
+			case !s.shadow(it.limit):
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
@@ -427,20 +431,20 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		st.DurationUntilReset = setDuration(&p.duration, wait)
 		over := !d.Allowed
 		if s.opts.Metrics != nil {
-			s.opts.Metrics.observeDecision(req.Domain, it.limit, it.key, it.statKey(), d)
+			s.opts.Metrics.observeDecision(req.Domain, it.limit, s.shadow(it.limit), it.key, it.statKey(), d)
 		}
 		if over && it.limit.QuotaMode {
 			violations = append(violations, i) // admitted, and said in the metadata
 			over = false
 		}
-		if over && it.limit.ShadowMode {
+		if over && s.shadow(it.limit) {
 			over = false // counted and logged, never blocking
 		}
 		if over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if !it.limit.ShadowMode && !it.limit.QuotaMode {
+		if !s.shadow(it.limit) && !it.limit.QuotaMode {
 			// the headers speak of the limits that are enforced, and of
 			// the same wait as the status
 			hd := *d
@@ -458,6 +462,10 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	resp.DynamicMetadata = dynamicMetadata(items, violations)
 	return resp, nil
 }
+
+// shadow reports whether l counts without refusing: its own shadow_mode,
+// or the service's.
+func (s *Service) shadow(l *rules.Limit) bool { return s.opts.ShadowMode || l.ShadowMode }
 
 // statKey is the descriptor's statistics key (rules.Match.StatKey), or ""
 // for a limit of the request's own.

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // A client still sending a request body when SIGTERM comes is not waited
@@ -104,5 +106,16 @@ func TestBodyCutter(t *testing.T) {
 	defer after.Close()
 	if got := status(after); !strings.Contains(got, " 400 ") {
 		t.Fatalf("a body read begun after the cut: %q, want 400", got)
+	}
+}
+
+// --shadow-mode (FLOODGATE_SHADOW_MODE) reaches the service: a limit of 0
+// refuses nothing.
+func TestServeShadowModeFlag(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--shadow-mode")
+	if r := s.ask(t, "api", desc("user", "u")); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("--shadow-mode: %v, want OK", r.OverallCode)
 	}
 }

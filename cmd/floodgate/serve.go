@@ -34,7 +34,7 @@ type serveConfig struct {
 	grpcAddr, httpAddr             string
 	tlsCert, tlsKey, tlsClientCA   string
 	allowRequestLimits, xRateLimit bool
-	noRateLimit                    bool
+	noRateLimit, shadowMode        bool
 }
 
 func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -51,6 +51,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
+	fs.BoolVar(&c.shadowMode, "shadow-mode", envBool("SHADOW_MODE"), "every limit in shadow mode: decide, count and report, refuse nothing (envoyproxy/ratelimit's SHADOW_MODE) [FLOODGATE_SHADOW_MODE]")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	closeFns = append(closeFns, cache.Close) // closes the store under it too
 
 	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, Metrics: metrics, Logger: log})
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log})
 	loader.svc = svc
 
 	// Listeners.
