@@ -43,8 +43,8 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.SetOutput(stderr)
 	c.register(fs, "overrides, memory-store snapshots, the example rules", "127.0.0.1:6070")
 	c.registerMaxMemory(fs)
-	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address (port 0: any free port) [FLOODGATE_GRPC_ADDR]")
-	fs.StringVar(&c.httpAddr, "http-addr", envString("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address, HOST:PORT (port 0: any free port) or unix:PATH [FLOODGATE_GRPC_ADDR]")
+	fs.StringVar(&c.httpAddr, "http-addr", envString("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address, HOST:PORT or unix:PATH: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
 	fs.StringVar(&c.tlsCert, "tls-cert", envString("TLS_CERT", ""), "TLS certificate for the gRPC and HTTP listeners [FLOODGATE_TLS_CERT]")
 	fs.StringVar(&c.tlsKey, "tls-key", envString("TLS_KEY", ""), "TLS key [FLOODGATE_TLS_KEY]")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", envString("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
@@ -83,6 +83,9 @@ func newLogger(c *commonConfig, w io.Writer) (*slog.Logger, error) {
 }
 
 func isLoopback(addr string) bool {
+	if strings.HasPrefix(addr, "unix:") {
+		return true // this host's processes only, as the socket file's permissions allow
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -185,11 +188,15 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	listen := func(what, addr string) (net.Listener, error) {
-		l, err := net.Listen("tcp", addr)
+		l, err := listenAddr(addr)
 		if err != nil {
 			return nil, fmt.Errorf("%s listener %s: %w", what, addr, err)
 		}
-		log.Info("listening", "api", what, "addr", l.Addr().String())
+		shown := l.Addr().String()
+		if l.Addr().Network() == "unix" {
+			shown = "unix:" + shown
+		}
+		log.Info("listening", "api", what, "addr", shown)
 		return l, nil
 	}
 	gl, err := listen("grpc", c.grpcAddr)
@@ -494,4 +501,31 @@ func (l *ruleLoader) reload(force bool) {
 		l.svc.SetRules(cfg)
 	}
 	l.log.Info("rules reloaded", "dir", l.dir, "refused_files", refused)
+}
+
+// listenAddr listens on addr: HOST:PORT over TCP, or unix:PATH on a Unix
+// domain socket (a sidecar's, as envoyproxy/ratelimit's GRPC_UDS). A socket
+// file left by a process that has gone is replaced; one that a running
+// process still serves is not.
+func listenAddr(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if path == "" {
+		return nil, errors.New("want unix:PATH")
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is in use by a running process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	return net.Listen("unix", path)
 }
