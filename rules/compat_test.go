@@ -124,3 +124,15 @@ func TestListSkipped(t *testing.T) {
 		t.Error("a missing directory listed")
 	}
 }
+
+// Plain tags given explicitly (!!str, !!int, the non-specific !) read as
+// their untagged values would.
+func TestPlainTagsAreRead(t *testing.T) {
+	d, err := Parse("tags.yaml", []byte("domain: !!str d\ndescriptors:\n  - key: ! k\n    rate_limit: {unit: !!str second, requests_per_unit: !!int 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "d" {
+		t.Fatalf("domain %q", d.Name)
+	}
+}

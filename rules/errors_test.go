@@ -52,6 +52,12 @@ domain: y
 	{"second document after an empty one", "domain: x\n---\n# nothing\n---\ndomain: y\n",
 		[]string{`bad.yaml:4: a second YAML document: a rules file holds one domain`}},
 
+	{"binary tag", "domain: !!binary ZA==\n",
+		[]string{`bad.yaml:1: YAML tag !!binary is not supported here (rules are plain strings, numbers, booleans, lists and maps)`}},
+
+	{"local tag", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: !limit {unit: second, requests_per_unit: 5}\n",
+		[]string{`bad.yaml:4: YAML tag !limit is not supported here (rules are plain strings, numbers, booleans, lists and maps)`}},
+
 	{"second document holding null", "domain: x\n---\n~\n",
 		[]string{`bad.yaml:2: a second YAML document: a rules file holds one domain`}},
 

@@ -92,6 +92,12 @@ func parse(file string, data []byte, opts Options) (*Domain, error) {
 		p.add(line, "", "%s", msg)
 		return nil, p.err()
 	}
+	if n := oddTag(root, 0); n != nil {
+		// !!binary would be read as its base64 text, and a local tag
+		// (!foo) means something to another program only
+		p.add(n.Line, "", "YAML tag %s is not supported here (rules are plain strings, numbers, booleans, lists and maps)", n.Tag)
+		return nil, p.err()
+	}
 	d := p.domain(root)
 	if d != nil {
 		d.order = p.top
@@ -100,6 +106,30 @@ func parse(file string, data []byte, opts Options) (*Domain, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// plainTags are the tags a rules file may give explicitly.
+var plainTags = map[string]bool{"!!str": true, "!!int": true, "!!float": true, "!!bool": true, "!!null": true, "!!map": true, "!!seq": true, "!!merge": true, "!": true}
+
+// oddTag returns the first node under n with an explicit tag other than
+// the plain ones, or nil. Aliases are not followed (their anchors are
+// walked where they stand); depth is bounded as decodeYAML bounds it.
+func oddTag(n *yaml.Node, depth int) *yaml.Node {
+	if n == nil || depth > 10_000 {
+		return nil
+	}
+	if n.Style&yaml.TaggedStyle != 0 && !plainTags[n.Tag] {
+		return n
+	}
+	if n.Kind == yaml.AliasNode {
+		return nil
+	}
+	for _, c := range n.Content {
+		if o := oddTag(c, depth+1); o != nil {
+			return o
+		}
+	}
+	return nil
 }
 
 // badByte finds the first byte of data that is no UTF-8 text (an invalid
