@@ -18,8 +18,13 @@ type ClientIP struct {
 	// in front of the service. Empty: headers are never read.
 	TrustedProxies []netip.Prefix
 	// Headers are the forwarding headers read from a trusted proxy, the
-	// first present one winning (default Forwarded, X-Forwarded-For,
-	// X-Real-IP). For gRPC they are read from the metadata, lower-cased.
+	// first present one winning (default X-Forwarded-For alone). Name only
+	// the headers your proxies set: a proxy passes the others through as
+	// the client sent them, and a header the client wrote that comes
+	// first would name its key (a load balancer that appends to
+	// X-Forwarded-For, with Forwarded also listed, lets any client choose
+	// its address by sending a Forwarded header). For gRPC they are read
+	// from the metadata, lower-cased.
 	Headers []string
 	// IPv6Prefix groups IPv6 clients by network: one host holds a whole
 	// /64 and could otherwise mint millions of keys (default 64; 128
@@ -29,8 +34,11 @@ type ClientIP struct {
 	IPv4Prefix int
 }
 
-// DefaultHeaders are the forwarding headers read from a trusted proxy.
-var DefaultHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Real-IP"}
+// DefaultHeaders are the forwarding headers read from a trusted proxy
+// unless ClientIP.Headers says otherwise: X-Forwarded-For, which load
+// balancers (AWS, Google Cloud, nginx, HAProxy, Envoy) append to. Set
+// Headers to Forwarded or X-Real-IP for proxies that set those instead.
+var DefaultHeaders = []string{"X-Forwarded-For"}
 
 func (c *ClientIP) normalize() {
 	if len(c.Headers) == 0 {

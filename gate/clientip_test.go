@@ -13,7 +13,8 @@ func hdrFunc(h http.Header) func(string) []string {
 }
 
 func TestClientIPResolve(t *testing.T) {
-	c := ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
+	c := ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
+		Headers: []string{"Forwarded", "X-Forwarded-For", "X-Real-IP"}}
 	c.normalize()
 	for _, tc := range []struct {
 		peer string
@@ -51,6 +52,29 @@ func TestClientIPResolve(t *testing.T) {
 		got := c.Resolve(netip.MustParseAddr(tc.peer), hdrFunc(h))
 		if got.String() != tc.want {
 			t.Errorf("peer %s %v: %s, want %s", tc.peer, tc.hdr, got, tc.want)
+		}
+	}
+}
+
+// By default only X-Forwarded-For is read: behind a load balancer that
+// appends to it and passes other headers through, a client's own
+// Forwarded or X-Real-IP header does not choose its key. (With all three
+// read, the first present winning, an audit sent 5 requests under 5 keys
+// through a limit of 2.)
+func TestClientIPDefaultReadsXForwardedForOnly(t *testing.T) {
+	c := ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	c.normalize()
+	for _, hdr := range [][]string{
+		{"X-Forwarded-For", "203.0.113.5", "Forwarded", "for=198.51.100.1"},
+		{"X-Forwarded-For", "203.0.113.5", "X-Real-IP", "198.51.100.1"},
+		{"X-Forwarded-For", "198.51.100.1, 203.0.113.5"}, // the client's own entry, then the balancer's
+	} {
+		h := http.Header{}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			h.Add(hdr[i], hdr[i+1])
+		}
+		if got := c.Resolve(netip.MustParseAddr("10.0.0.1"), hdrFunc(h)); got.String() != "203.0.113.5" {
+			t.Errorf("%v: %s, want the balancer's 203.0.113.5", hdr, got)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"path"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -397,7 +398,9 @@ func (l *limit) matches(r *Request) bool {
 		}
 		ok := false
 		for _, x := range l.methods {
-			ok = ok || x == method
+			// "post" is no POST to HTTP, but many frameworks upper-case
+			// the method and serve it as one: it must not pass POST's limit
+			ok = ok || strings.EqualFold(x, method)
 		}
 		if !ok {
 			return false
@@ -478,12 +481,30 @@ func (r *Request) method() string {
 
 func (r *Request) path() string {
 	if r.HTTP != nil {
-		return r.HTTP.URL.Path
+		return cleanPath(r.HTTP.URL.Path)
 	}
 	if r.Raw != nil {
 		return r.Raw.Path
 	}
 	return r.FullMethod
+}
+
+// cleanPath returns p as a router that cleans paths serves it (net/http's
+// ServeMux, http.FileServer): "//admin/x", "/z/../admin/x" and
+// "/./admin/x" are "/admin/x", so they cannot pass a limit on "/admin/"; a
+// trailing slash is kept. A clean path comes back as it is, unallocated.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	c := path.Clean(p)
+	if c == "/" || p[len(p)-1] != '/' {
+		return c
+	}
+	if len(p) == len(c)+1 && p[:len(c)] == c {
+		return p // already clean, with its trailing slash
+	}
+	return c + "/"
 }
 
 func (r *Request) ctx() context.Context {

@@ -298,9 +298,10 @@ func hostOnly(h string) string {
 		return h
 	}
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h, ':') == i {
-		return h[:i]
+		h = h[:i]
 	}
-	return h
+	// a fully qualified name's root dot: "api.example.com." is the same host
+	return strings.TrimSuffix(h, ".")
 }
 
 // compiledPart is a Part with its names precomputed.

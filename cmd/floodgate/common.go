@@ -36,6 +36,13 @@ func envString(name, def string) string {
 
 func envBool(name string) bool { b, _ := strconv.ParseBool(envString(name, "")); return b }
 
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(envString(name, "")); err == nil {
+		return n
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(envString(name, "")); err == nil {
 		return d

@@ -32,6 +32,7 @@ type proxyConfig struct {
 	commonConfig
 	upstream, listen       string
 	trusted                string
+	clientIPHeaders        string
 	ipv6Prefix             int
 	xRateLimit, failClosed bool
 }
@@ -44,8 +45,9 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	c.registerMaxMemory(fs)
 	fs.StringVar(&c.upstream, "upstream", envString("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
 	fs.StringVar(&c.listen, "listen", envString("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
-	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose Forwarded/X-Forwarded-For/X-Real-IP are believed [FLOODGATE_TRUSTED_PROXIES]")
-	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "IPv6 clients are keyed by this prefix length (128: each address)")
+	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose --client-ip-header is believed [FLOODGATE_TRUSTED_PROXIES]")
+	fs.StringVar(&c.clientIPHeaders, "client-ip-header", envString("CLIENT_IP_HEADER", "X-Forwarded-For"), "the forwarding header(s) the trusted proxies set, comma-separated, the first present winning: X-Forwarded-For, Forwarded or X-Real-IP; name only those they set [FLOODGATE_CLIENT_IP_HEADER]")
+	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", envInt("IPV6_PREFIX", 64), "IPv6 clients are keyed by this prefix length (128: each address) [FLOODGATE_IPV6_PREFIX]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
 	if err := parseFlags(fs, args); err != nil {
@@ -114,6 +116,16 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 		trusted = append(trusted, p)
 	}
+	var ipHeaders []string
+	for _, h := range strings.Split(c.clientIPHeaders, ",") {
+		h = strings.TrimSpace(h)
+		switch strings.ToLower(h) {
+		case "x-forwarded-for", "forwarded", "x-real-ip":
+			ipHeaders = append(ipHeaders, h)
+		default:
+			return fmt.Errorf("--client-ip-header: %q: want X-Forwarded-For, Forwarded or X-Real-IP", h)
+		}
+	}
 	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
 		return fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
 	}
@@ -153,7 +165,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 		g, err := gate.New(gate.Config{
 			Limits: limits, Store: store, Rules: cfg, FailClosed: c.failClosed, Logger: log,
-			ClientIP: gate.ClientIP{TrustedProxies: trusted, IPv6Prefix: c.ipv6Prefix},
+			ClientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix},
 		})
 		if err != nil {
 			return err
