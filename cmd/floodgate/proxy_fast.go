@@ -250,6 +250,20 @@ func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // serve limits one request and forwards it, or refuses it.
 func (p *fastProxy) serve(ctx *fasthttp.RequestCtx) {
+	if len(ctx.Request.Header.Host()) == 0 {
+		// HTTP/1.1 requires a Host (RFC 9112, 3.2): a request without
+		// one is the client's error, not the upstream's. HTTP/1.0 may
+		// leave it out; it goes on with the upstream's own, as nginx
+		// sends it.
+		if ctx.Request.Header.IsHTTP11() {
+			ctx.Response.SetStatusCode(fasthttp.StatusBadRequest)
+			ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+			ctx.Response.SetBodyString("floodgate proxy: an HTTP/1.1 request needs a Host header\n")
+			ctx.SetConnectionClose()
+			return
+		}
+		ctx.Request.Header.SetHost(p.up.Host)
+	}
 	pc := peerOf(ctx)
 	rv := reqViews.Get().(*reqView)
 	rv.ctx = ctx
