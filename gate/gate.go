@@ -194,6 +194,9 @@ type limit struct {
 // three, any other one).
 const maxOps = 48
 
+// maxKeyParts bounds the parts of a limit's key.
+const maxKeyParts = 8
+
 // banGrain is the granularity of a ban's duration.
 const banGrain = 10 * time.Millisecond
 
@@ -327,8 +330,8 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 	if len(l.Key) == 0 {
 		l.Key = []Part{All()}
 	}
-	if len(l.Key) > 8 {
-		return nil, fmt.Errorf("key: %d parts; at most 8", len(l.Key))
+	if len(l.Key) > maxKeyParts {
+		return nil, fmt.Errorf("key: %d parts; at most %d", len(l.Key), maxKeyParts)
 	}
 	seen := map[string]bool{}
 	for i, p := range l.Key {

@@ -3,6 +3,8 @@ package gate
 import (
 	"net/http/httptest"
 	"testing"
+
+	"github.com/floodgate/floodgate/rules"
 )
 
 // Spellings of one request that a server treats alike match a limit
@@ -56,5 +58,12 @@ func TestCleanPathKeepsCleanPaths(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = cleanPath("/api/v1/users/") }); n != 0 {
 		t.Errorf("a clean path costs %v allocations", n)
+	}
+}
+
+// The rules package refuses, with a line, what New would refuse with none.
+func TestRulesBoundsMatchTheGate(t *testing.T) {
+	if rules.MaxRoutes != maxOps/3 || rules.MaxRouteParts != maxKeyParts {
+		t.Fatalf("rules bounds %d routes, %d parts; the gate's %d and %d", rules.MaxRoutes, rules.MaxRouteParts, maxOps/3, maxKeyParts)
 	}
 }

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,5 +135,29 @@ func TestPlainTagsAreRead(t *testing.T) {
 	}
 	if d.Name != "d" {
 		t.Fatalf("domain %q", d.Name)
+	}
+}
+
+// What a proxy's gate cannot take is refused where it is written, with
+// its line: a 17th http route, a route key of 9 parts. (Before, validate
+// said ok and the proxy refused the reload with no line.)
+func TestRouteBoundsAreRulesErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: edge\nhttp:\n")
+	for i := range MaxRoutes + 1 {
+		fmt.Fprintf(&b, "  - name: r%d\n    key: [remote_address]\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", i)
+	}
+	_, err := Parse("edge.yaml", []byte(b.String()))
+	if want := fmt.Sprintf("edge.yaml:%d: http[%d]: more than %d http routes", 3+3*MaxRoutes, MaxRoutes, MaxRoutes); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%d routes: %v, want %q", MaxRoutes+1, err, want)
+	}
+	parts := make([]string, MaxRouteParts+1)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("{header: X-H%d, entry: h%d}", i, i)
+	}
+	src := "domain: edge\nhttp:\n  - name: wide\n    key: [" + strings.Join(parts, ", ") + "]\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	_, err = Parse("edge.yaml", []byte(src))
+	if want := fmt.Sprintf("edge.yaml:4: http[0].key: %d entries; a route's key has at most %d", MaxRouteParts+1, MaxRouteParts); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a key of %d parts: %v, want %q", MaxRouteParts+1, err, want)
 	}
 }

@@ -121,6 +121,10 @@ func (p *parser) httpSection(v *yaml.Node, path string, treeOK bool) []*HTTPRout
 			p.over = true
 			return routes
 		}
+		if i == MaxRoutes {
+			p.add(it.Line, ip, "more than %d http routes: a proxy or middleware takes at most %d in all its rules files", MaxRoutes, MaxRoutes)
+			return routes
+		}
 		r, ok := p.httpRoute(it, ip, i)
 		if prev, dup := names[r.Name]; dup {
 			p.add(r.Line, join(ip, "name"), "route name %q is already taken by %s", r.Name, prev)
@@ -703,13 +707,14 @@ func (p *parser) httpKey(f *field, path string) ([]HTTPKeyPart, bool) {
 	case len(items) == 0:
 		p.add(v.Line, path, "an empty list: give at least one entry, such as [remote_address]")
 		return nil, false
-	case len(items) > MaxDepth:
-		p.add(v.Line, path, "%d entries; a descriptor has at most %d", len(items), MaxDepth)
-		return nil, false
 	}
 	var out []HTTPKeyPart
 	seen := map[string]string{}
 	ok := true
+	if len(items) > MaxRouteParts { // said, and each part still checked
+		p.add(v.Line, path, "%d entries; a route's key has at most %d", len(items), MaxRouteParts)
+		ok = false
+	}
 	for i, it := range items {
 		kp, good := p.httpKeyPart(it, paths[i])
 		if !good {

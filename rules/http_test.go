@@ -167,6 +167,7 @@ var httpErrorTests = []struct {
 		`bad.yaml:13: http[2].key[5].cookie: a key part is one of header, cookie, query or generic, and header is given too`,
 		`bad.yaml:13: http[2].key[6]: missing: a key part names one of header, cookie, query or generic`,
 		`bad.yaml:13: http[2].key[7]: want a key part (remote_address, path, method, host, or a mapping such as {header: X-API-Key}), got a list`,
+		`bad.yaml:15: http[3].key: 9 entries; a route's key has at most 8`,
 		`bad.yaml:15: http[3].key[0].header: "X Y" is not a header name`,
 		`bad.yaml:16: http[3].key[1].cookie: "a;b" is not a cookie name`,
 		`bad.yaml:17: http[3].key[2].query: must not be empty`,
@@ -385,11 +386,11 @@ func TestHTTPErrors(t *testing.T) {
 func TestHTTPLimitsOnInput(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(httpTree + "  - key:\n")
-	for i := 0; i <= MaxDepth; i++ {
+	for i := 0; i <= MaxRouteParts; i++ {
 		fmt.Fprintf(&b, "      - {generic: v, entry: e%d}\n", i)
 	}
 	_, err := Parse("big.yaml", []byte(b.String()))
-	if err == nil || err.Error() != "big.yaml:12: http[0].key: 33 entries; a descriptor has at most 32" {
+	if err == nil || err.Error() != "big.yaml:12: http[0].key: 9 entries; a route's key has at most 8" {
 		t.Errorf("long key: %v", err)
 	}
 
@@ -454,8 +455,6 @@ func TestHTTPFields(t *testing.T) {
       - {cookie: session}
       - {query: api_key, missing: shared}
       - {generic: premium, entry: tier}
-      - {header: X-Tenant, entry: tenant, missing: SKIP}
-      - {cookie: id, entry: user, missing: ip}
 ` + own, base(func(r *HTTPRoute) {
 			r.Key = []HTTPKeyPart{
 				{Kind: "remote_address", Entry: "remote_address"},
@@ -466,6 +465,13 @@ func TestHTTPFields(t *testing.T) {
 				{Kind: "cookie", Name: "session", Entry: "cookie.session", Missing: "ip"},
 				{Kind: "query", Name: "api_key", Entry: "query.api_key", Missing: "shared"},
 				{Kind: "generic", Name: "premium", Entry: "tier"},
+			}
+		})},
+		{"key parts with entries", `  - key:
+      - {header: X-Tenant, entry: tenant, missing: SKIP}
+      - {cookie: id, entry: user, missing: ip}
+` + own, base(func(r *HTTPRoute) {
+			r.Key = []HTTPKeyPart{
 				{Kind: "header", Name: "X-Tenant", Entry: "tenant", Missing: "skip"},
 				{Kind: "cookie", Name: "id", Entry: "user", Missing: "ip"},
 			}
