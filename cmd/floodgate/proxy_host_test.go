@@ -24,17 +24,7 @@ func TestProxyRequestWithoutHost(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", proxyRules)
 	p := startProxy(t, up.URL, dir)
-	raw := func(req string) string {
-		c, err := net.Dial("tcp", p.addrs["proxy"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		io.WriteString(c, req)
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		return line
-	}
+	raw := func(req string) string { return statusLine(t, p.addrs["proxy"], req) }
 	if got := raw("GET /x HTTP/1.1\r\n\r\n"); !strings.Contains(got, " 400 ") {
 		t.Errorf("HTTP/1.1 without Host: %q, want 400", got)
 	}
@@ -44,4 +34,19 @@ func TestProxyRequestWithoutHost(t *testing.T) {
 	if v := metricValue(t, p.addrs["admin"], "floodgate_proxy_upstream_errors_total"); v != 0 {
 		t.Errorf("upstream errors %v, want 0", v)
 	}
+}
+
+// statusLine sends req as it is on a connection of its own to addr and
+// returns the first line of the answer ("" if none comes in 10 s).
+func statusLine(t *testing.T, addr, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, req)
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return line
 }

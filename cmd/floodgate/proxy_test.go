@@ -385,18 +385,7 @@ func TestProxyHostileRequests(t *testing.T) {
 	writeRules(t, dir, "edge.yaml", proxyRules)
 	p := startProxy(t, up.URL, dir, "--trusted-proxies", "127.0.0.0/8")
 	base := "http://" + p.addrs["proxy"]
-	raw := func(req string) string {
-		t.Helper()
-		c, err := net.Dial("tcp", p.addrs["proxy"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		io.WriteString(c, req)
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		return line
-	}
+	raw := func(req string) string { t.Helper(); return statusLine(t, p.addrs["proxy"], req) }
 	for name, req := range map[string]string{
 		"a 200 KiB header":      "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 200<<10) + "\r\n\r\n",
 		"a broken request line": "GET\r\n\r\n",
