@@ -76,10 +76,9 @@ type Store struct {
 	opts   Options
 	shards int // a table's shards at most (fewer for wide states: newTable)
 
-	last    atomic.Pointer[binding] // the last policy looked up, most often the next
-	mu      sync.Mutex              // guards byName, pending and reg's writes
-	byName  map[string]*table
-	pending map[string]*snapTable // restored from a snapshot, not yet claimed
+	last   atomic.Pointer[binding] // the last policy looked up, most often the next
+	mu     sync.Mutex              // guards byName and reg's writes
+	byName map[string]*table
 
 	keys    atomic.Int64
 	bytes   atomic.Int64 // of key tables
@@ -117,10 +116,9 @@ func New(opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Store{
-		opts:    opts,
-		byName:  map[string]*table{},
-		pending: map[string]*snapTable{},
-		stop:    make(chan struct{}),
+		opts:   opts,
+		byName: map[string]*table{},
+		stop:   make(chan struct{}),
 	}
 	b := bits.Len(uint(opts.Shards - 1))
 	s.shards = 1 << b
@@ -130,20 +128,13 @@ func New(opts Options) (*Store, error) {
 	}
 	s.k0, s.k1 = le64(seed[:8]), le64(seed[8:])
 	if opts.SnapshotPath != "" {
+		// The tables are filled now (readSnapshot), not at each policy's
+		// first decision: that held the store's lock (every policy's
+		// first decision) for seconds after a restart with millions of
+		// keys, and callers with a deadline (Envoy's 20 ms) failed
+		// meanwhile.
 		if err := s.restore(opts.SnapshotPath); err != nil {
 			return nil, err
-		}
-		// Fill the tables now, not at each policy's first decision: that
-		// held the store's lock (every policy's first decision) for
-		// seconds after a restart with millions of keys, and callers
-		// with a deadline (Envoy's 20 ms) failed meanwhile.
-		now := opts.Clock.NowMicro()
-		for name, snap := range s.pending {
-			t := s.newTable(snap.policy)
-			s.adopt(t, snap, now)
-			t.restored = true
-			s.byName[name] = t
-			delete(s.pending, name)
 		}
 	}
 	if opts.SweepInterval > 0 || opts.SnapshotPath != "" {
@@ -321,8 +312,8 @@ func (s *Store) rebind(p *floodgate.Policy, now int64) {
 	s.last.Store(nil)
 }
 
-// bind finds p's table by name, creating it (from the snapshot's state,
-// if it has some) or migrating it to p when p is a newer version.
+// bind finds p's table by name, creating it, or migrating it to p when p
+// is a newer version or the table was restored from a snapshot.
 func (s *Store) bind(p *floodgate.Policy, now int64) *table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -330,10 +321,6 @@ func (s *Store) bind(p *floodgate.Policy, now int64) *table {
 	switch {
 	case t == nil:
 		t = s.newTable(p)
-		if snap := s.pending[p.Name()]; snap != nil {
-			delete(s.pending, p.Name())
-			s.adopt(t, snap, now)
-		}
 		s.byName[p.Name()] = t
 	case t.restored || p.Version() > t.policy.Load().Version():
 		t.migrate(p, now)

@@ -49,13 +49,6 @@ type snapHeader struct {
 	Rules  []snapRule `json:"rules"`
 }
 
-// snapTable is a table read from a snapshot, waiting for its policy.
-type snapTable struct {
-	policy *floodgate.Policy
-	w      int
-	words  []int64
-}
-
 // Snapshot writes every key to path, atomically (a temporary file renamed
 // over path).
 func (s *Store) Snapshot(path string) error {
@@ -102,10 +95,6 @@ func (s *Store) writeSnapshot(f snapFile) error {
 	for _, t := range s.byName {
 		tables = append(tables, t)
 	}
-	pending := make([]*snapTable, 0, len(s.pending))
-	for _, p := range s.pending {
-		pending = append(pending, p)
-	}
 	s.mu.Unlock()
 
 	le := binary.LittleEndian
@@ -113,7 +102,7 @@ func (s *Store) writeSnapshot(f snapFile) error {
 	buf := []byte(snapMagic)
 	buf = le.AppendUint64(buf, s.k0)
 	buf = le.AppendUint64(buf, s.k1)
-	buf = le.AppendUint32(buf, uint32(len(tables)+len(pending)))
+	buf = le.AppendUint32(buf, uint32(len(tables)))
 	if err := sw.write(buf); err != nil {
 		return err
 	}
@@ -132,14 +121,6 @@ func (s *Store) writeSnapshot(f snapFile) error {
 		}
 		at := sw.off
 		return at, sw.write(le.AppendUint64(b[:0], count))
-	}
-	for _, pt := range pending {
-		if _, err := writeHeader(pt.policy, pt.w, uint64(len(pt.words)/pt.w)); err != nil {
-			return err
-		}
-		if err := sw.words(pt.words[:len(pt.words)/pt.w*pt.w]); err != nil {
-			return err
-		}
 	}
 	type count struct {
 		at int64
@@ -295,7 +276,7 @@ func (s *Store) restore(path string) error {
 }
 
 // readSnapshot reads a snapshot into the store's tables, a key at a time:
-// each table is filled as it is read (as adopt would fill it), marked
+// each table is filled as it is read (keys with nothing consumed left out), marked
 // restored for its policy to take over, so that a restart holds the tables
 // and a buffer, not a copy of the whole file besides. It runs in New,
 // before the store is shared.
@@ -377,31 +358,6 @@ func (s *Store) discard(t *table) {
 		sh := &t.shards[i]
 		s.keys.Add(-int64(sh.n))
 		s.bytes.Add(-int64(len(sh.words)) * 8)
-	}
-}
-
-// adopt fills table t (new, unpublished) with a restored snapshot's keys,
-// converting them to t's policy if it changed meanwhile.
-func (s *Store) adopt(t *table, snap *snapTable, now int64) {
-	p := t.policy.Load()
-	same := snap.policy.SameLayout(p)
-	state := make([]int64, p.Width())
-	for j := 0; j+snap.w <= len(snap.words); j += snap.w {
-		h := uint64(snap.words[j])
-		if h == 0 {
-			continue
-		}
-		if same {
-			copy(state, snap.words[j+1:j+snap.w])
-		} else {
-			p.Migrate(snap.policy, snap.words[j+1:j+snap.w], state, now)
-		}
-		if p.Consumption(state, now) == 0 {
-			continue
-		}
-		sh := &t.shards[h>>t.shift]
-		i := sh.insert(t, p, h, now)
-		copy(sh.state(i), state)
 	}
 }
 

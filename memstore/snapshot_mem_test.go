@@ -195,17 +195,13 @@ func legacyWriteSnapshot(s *Store, w io.Writer) error {
 	for _, t := range s.byName {
 		tables = append(tables, t)
 	}
-	pending := make([]*snapTable, 0, len(s.pending))
-	for _, p := range s.pending {
-		pending = append(pending, p)
-	}
 	s.mu.Unlock()
 
 	le := binary.LittleEndian
 	buf := []byte(snapMagic)
 	buf = le.AppendUint64(buf, s.k0)
 	buf = le.AppendUint64(buf, s.k1)
-	buf = le.AppendUint32(buf, uint32(len(tables)+len(pending)))
+	buf = le.AppendUint32(buf, uint32(len(tables)))
 	if _, err := w.Write(buf); err != nil {
 		return err
 	}
@@ -227,11 +223,6 @@ func legacyWriteSnapshot(s *Store, w io.Writer) error {
 			}
 		}
 		return nil
-	}
-	for _, pt := range pending {
-		if err := writeTable(pt.policy, pt.w, pt.words, len(pt.words)/pt.w); err != nil {
-			return err
-		}
 	}
 	for _, t := range tables {
 		p, wps := t.policy.Load(), 0
