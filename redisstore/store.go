@@ -123,6 +123,7 @@ type sharedDeadline struct {
 //	rediss://...                                    the same over TLS
 //	redis-sentinel://[user:password@]host:port[,host:port...]/master-name[?db=N]
 //	redis-cluster://[user:password@]host:port[,host:port...]
+//	unix:///path/to/redis.sock[?db=N]                 one server on this host, over its Unix socket
 func New(rawURL string, opts Options) (*Store, error) {
 	co, err := ParseURL(rawURL)
 	if err != nil {
@@ -203,7 +204,7 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 	var co rueidis.ClientOption
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return co, fmt.Errorf("redisstore: store URL %q: want scheme://host:port (redis, rediss, redis-sentinel or redis-cluster)", redact(raw))
+		return co, fmt.Errorf("redisstore: store URL %q: want scheme://host:port (redis, rediss, redis-sentinel or redis-cluster) or unix:///path", redact(raw))
 	}
 	switch scheme {
 	case "redis", "rediss":
@@ -221,9 +222,32 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 			return co, fmt.Errorf("redisstore: store URL %s: %s", redact(raw), strings.ReplaceAll(err.Error(), raw, redact(raw)))
 		}
 		return co, nil
+	case "unix":
+		// unix:///path/to/redis.sock[?db=N]: a Redis on this host, over
+		// its Unix socket (unixsocket in redis.conf)
+		u, err := url.Parse(raw)
+		if err != nil {
+			return co, fmt.Errorf("redisstore: store URL %s: %s", redact(raw), strings.ReplaceAll(err.Error(), raw, redact(raw)))
+		}
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || strings.HasSuffix(u.Path, "/") {
+			return co, fmt.Errorf("redisstore: store URL %s: want unix:///absolute/path/to/redis.sock", redact(raw))
+		}
+		for k := range u.Query() {
+			if k != "db" {
+				return co, fmt.Errorf("redisstore: store URL %s: unknown parameter %q", redact(raw), k)
+			}
+		}
+		co, err = rueidis.ParseURL(raw)
+		if err != nil {
+			return co, fmt.Errorf("redisstore: store URL %s: %s", redact(raw), strings.ReplaceAll(err.Error(), raw, redact(raw)))
+		}
+		if co.SelectDB < 0 {
+			return co, fmt.Errorf("redisstore: store URL %s: db=%q is not a database number", redact(raw), u.Query().Get("db"))
+		}
+		return co, nil
 	case "redis-sentinel", "redis-cluster":
 	default:
-		return co, fmt.Errorf("redisstore: store URL %s: unknown scheme %q (want redis, rediss, redis-sentinel or redis-cluster)", redact(raw), scheme)
+		return co, fmt.Errorf("redisstore: store URL %s: unknown scheme %q (want redis, rediss, redis-sentinel, redis-cluster or unix)", redact(raw), scheme)
 	}
 	// url.Parse cannot read several host:port pairs, so split by hand:
 	// [user[:password]@]host:port[,host:port...][/path][?query]

@@ -187,6 +187,21 @@ func Standalone(t testing.TB) *Server {
 	return start(t, t.TempDir())
 }
 
+// StandaloneUnix starts one Redis server that also listens on a Unix
+// socket, whose path it returns.
+func StandaloneUnix(t testing.TB) (*Server, string) {
+	t.Helper()
+	Require(t)
+	// a short directory: a socket's path is at most 107 bytes
+	dir, err := os.MkdirTemp("", "rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "redis.sock")
+	return start(t, t.TempDir(), "--unixsocket", sock, "--unixsocketperm", "700"), sock
+}
+
 // A SentinelSet is a master, a replica and a sentinel watching them.
 type SentinelSet struct {
 	Master, Replica, Sentinel *Server
