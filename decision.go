@@ -116,8 +116,11 @@ type Mover interface {
 	// Move carries key's state under from to to, atomically, rule by rule
 	// matched by name and converted as a new version of a policy converts
 	// it (Policy.Migrate: what each rule consumed, in requests, clamped to
-	// the new capacity; rules new to to start fresh), replacing what key
-	// had under to; key's state under from is forgotten. A key with no
-	// state under from keeps what it has under to.
+	// the new capacity; rules new to to start fresh), and added to what key
+	// already had under to (Policy.MigrateOnto: requests decided under to
+	// in the moment before the move, while the change that made to the
+	// key's policy was already visible, are kept, within to's capacity);
+	// key's state under from is forgotten. A key with no state under from
+	// keeps what it has under to.
 	Move(ctx context.Context, now int64, from, to *Policy, key string) error
 }

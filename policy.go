@@ -208,6 +208,34 @@ func (p *Policy) Migrate(from *Policy, old []int64, state []int64, now int64) {
 	}
 }
 
+// MigrateOnto is Migrate onto a key's state under p that may already hold
+// requests (a key decided under p while its state was being carried to
+// it): what state had consumed is kept and added, rule by rule, to what is
+// carried from old, as consumed now, clamped to each rule's capacity.
+// Movers use it, so that a request decided under p in the moment before
+// the move is not lost. A fresh state makes it Migrate.
+func (p *Policy) MigrateOnto(from *Policy, old []int64, state []int64, now int64) {
+	carried := make([]int64, p.width)
+	p.Migrate(from, old, carried, now)
+	for i := range p.params {
+		np := &p.params[i]
+		had, dst := state[np.Off:np.Off+np.Width], carried[np.Off:np.Off+np.Width]
+		used := algo.Used(np, had, algo.Advance(np, had, now))
+		if used == 0 {
+			continue
+		}
+		t := algo.Advance(np, dst, now)
+		if np.Bucket() { // levels add exactly, fractions of a request too
+			dst[0] = min(dst[0]+had[0], np.MaxCeiling()*np.Unit)
+			continue
+		}
+		if room := np.MaxCeiling() - algo.Used(np, dst, t); room > 0 {
+			algo.Commit(np, dst, t, min(used, room))
+		}
+	}
+	copy(state[:p.width], carried)
+}
+
 // SameLayout reports whether keys of p and q have interchangeable state:
 // the same rules with the same parameters.
 func (p *Policy) SameLayout(q *Policy) bool {

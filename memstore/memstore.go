@@ -393,7 +393,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 			if j < 0 {
 				j = tsh.insert(tt, tp, h, now)
 			}
-			tp.Migrate(fp, fsh.state(i), tsh.state(j), now)
+			tp.MigrateOnto(fp, fsh.state(i), tsh.state(j), now)
 			if tp.Consumption(tsh.state(j), now) == 0 {
 				tsh.deleteAt(tt, j)
 			}

@@ -54,6 +54,34 @@ func testMove(t *testing.T, newStore NewStore) {
 	e.allowN(lim(over), "z", 1)
 	move(base, over, "z")
 	e.expect("z under the override", e.peek(lim(over), "z", 0), ok("hour", 10, 9, h-10*time.Second))
+	// Requests decided under to before the move (the override already
+	// visible, the key's count not yet carried) are kept: added to what is
+	// carried, each rule clamped to its capacity.
+	e.allowN(lim(base), "r", 3)
+	e.allowN(lim(over), "r", 2)
+	move(base, over, "r")
+	e.expect("r under the override", e.peek(lim(over), "r", 0), ok("hour", 10, 5, h-10*time.Second))
+	e.allowN(lim(lower), "r2", 1)
+	e.allowN(lim(base), "r2", 3)
+	move(base, lower, "r2") // the minute's 3 + 1, clamped to its 2
+	e.expect("r2 under the lower limit", e.peek(lim(lower), "r2", 0), ok("minute", 2, 0, 50*time.Second))
+	e.allowN(lim(logs), "r3", 2)
+	e.allowN(lim(base), "r3", 3)
+	move(base, logs, "r3") // the hourly log holds its 2 and gets the 3
+	if d := e.peek(lim(logs), "r3", 0); d.Remaining != 5 || d.Rule != "hour" {
+		t.Errorf("r3 under sliding logs: %s, want the hour's 5 left", show(d))
+	}
+	// Buckets add their levels exactly, fractions of a request included.
+	tb10 := e.policy("tb10", floodgate.Rule{Name: "tb", Limit: 10, Period: m})
+	tb20 := e.policy("tb20", floodgate.Rule{Name: "tb", Limit: 20, Period: m})
+	e.allowN(lim(tb10), "b", 3)
+	e.allowN(lim(tb20), "b", 2)
+	move(tb10, tb20, "b")
+	e.expect("b under 20 a minute", e.peek(lim(tb20), "b", 0), ok("tb", 20, 15, 15*time.Second))
+	e.allowN(lim(tb20), "b2", 19)
+	e.allowN(lim(tb10), "b2", 4)
+	move(tb10, tb20, "b2") // 4 + 19, clamped to the 20
+	e.expect("b2 under 20 a minute", e.peek(lim(tb20), "b2", 0), ok("tb", 20, 0, m))
 	// Back to the base two minutes on: the minute's window has passed, the
 	// hour's count stays.
 	e.at(2*m + 10*time.Second)

@@ -4,14 +4,41 @@
 -- apply's (now, then four unused numbers, the new policy's rule count and
 -- per rule its name, signature and calendar bounds). Each new rule takes
 -- the state of the stored rule of its name, converted as a changed limit
--- is (convert); new rules start fresh. The old key goes; with no old key,
+-- is (convert); new rules start fresh. What the new key already held is
+-- added on top (ontop). The old key goes; with no old key,
 -- the new one is left as it is. Returns 1 if a state was carried, else 0.
+-- ontop adds to s (the state carried to rule p) what the key already held
+-- under p (had: its stored rules), as consumed now and clamped to p's
+-- capacity, as floodgate.Policy.MigrateOnto does: a request decided under
+-- the new policy in the moment before the move is kept.
+local function ontop(p, s, had, now)
+  for j = 1, #had, 3 do
+    if had[j] == p.name then
+      local hp, hs = p, had[j + 2]
+      if had[j + 1] ~= p.sig then hp = parse(p.name, had[j + 1]) end
+      if hp == nil then return end
+      local used = hp.algo.used(hp, hs, hp.algo.advance(hp, hs, now))
+      if used == 0 then return end
+      local t = p.algo.advance(p, s, now)
+      if isbucket(p.kind) and hp.sig == p.sig then
+        s[1] = min(s[1] + hs[1], p.maxceil * p.unit)
+      else
+        local room = p.maxceil - p.algo.used(p, s, t)
+        if room > 0 then p.algo.commit(p, s, t, min(used, room)) end
+      end
+      return
+    end
+  end
+end
+
 local function move(keys, argv)
   local raw = redis.call('GET', keys[1])
   if not raw then return 0 end
   local now = tonumber(argv[1])
   if now == 0 then now = redisnow() end
   local v = cmsgpack.unpack(raw)
+  local had = redis.call('GET', keys[2])
+  if had then had = cmsgpack.unpack(had) end
   local ps = {}
   local n, bad = readrules(argv, ps)
   if n == nil then return bad end
@@ -30,6 +57,7 @@ local function move(keys, argv)
         break
       end
     end
+    if had then ontop(p, s, had, now) end
     local t = p.algo.advance(p, s, now)
     if p.algo.used(p, s, t) > 0 then anyused = true end
     maxreset = max(maxreset, p.algo.reset(p, s, t))
