@@ -79,6 +79,31 @@ func testGroup(t *testing.T, newStore NewStore) {
 			t.Fatalf("admitted %v, decisions %v", admitted, out)
 		}
 		e.expect("a, untouched", e.do(floodgate.NewLimiter(p, e.store, floodgate.WithClock(e.clk)), "a", floodgate.OpPeek, 1), ok("r", 1, 1, 0))
+		// Members need not be side by side: one that cannot fit refuses
+		// the group across the others in between.
+		ops = []floodgate.Op{
+			p.Op(floodgate.OpAllow, "c", 1, 0),
+			p.Op(floodgate.OpAllow, "free2", 1, 0),
+			p.Op(floodgate.OpAllow, "d", 1, 0),
+			p.Op(floodgate.OpAllow, "free", 1, 0), // spent above
+			p.Op(floodgate.OpAllow, "other", 1, 0),
+		}
+		group = []bool{true, false, true, false, true}
+		admitted, err = floodgate.DoGroup(e.ctx, e.store, e.clk.NowMicro(), ops, group, out[:0:0])
+		if err == nil {
+			t.Fatal("DoGroup with a short out: no error")
+		}
+		out = make([]floodgate.Decision, len(ops))
+		if admitted, err = floodgate.DoGroup(e.ctx, e.store, e.clk.NowMicro(), ops, group, out); err != nil {
+			t.Fatal(err)
+		}
+		if admitted || !out[0].Allowed || !out[1].Allowed || !out[2].Allowed || out[3].Allowed || out[4].Allowed {
+			t.Fatalf("interleaved: admitted %v, decisions %v", admitted, out)
+		}
+		lim := floodgate.NewLimiter(p, e.store, floodgate.WithClock(e.clk))
+		e.expect("c, untouched", e.do(lim, "c", floodgate.OpPeek, 1), ok("r", 1, 1, 0))
+		e.expect("d, untouched", e.do(lim, "d", floodgate.OpPeek, 1), ok("r", 1, 1, 0))
+		e.expect("free2, decided alone", e.do(lim, "free2", floodgate.OpPeek, 0), ok("r", 1, 0, time.Minute))
 		if _, err := floodgate.DoGroup(e.ctx, e.store, e.clk.NowMicro(), []floodgate.Op{p.Op(floodgate.OpRefund, "a", 1, 0)}, []bool{true}, out); err == nil {
 			t.Error("a refund in a group: no error")
 		}

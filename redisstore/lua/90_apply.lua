@@ -240,8 +240,8 @@ local function apply(keys, argv)
 end
 
 -- batch makes the decisions of keys in order. grouped: argv's packed
--- decisions carry a group byte after the policy index; decisions next to
--- each other with the same nonzero group byte are all or nothing (the
+-- decisions carry a group byte after the policy index; the decisions with
+-- the same nonzero group byte, side by side or not, are all or nothing (the
 -- floodgate.GroupStore contract): every OP_ALLOW member is first checked as
 -- OP_PEEK; if all fit they are decided as OP_ALLOW, and if not, only those
 -- that do not fit on their own are (denied), the others keeping their
@@ -307,25 +307,34 @@ local function batch(keys, argv, grouped)
     end
     return ok and a == 1, op
   end
-  local nk, i = #keys, 1
-  while i <= nk do
-    local g = 0
-    if grouped then g = string.byte(argv[o + i], 3) end
+  local nk = #keys
+  if not grouped then
+    for i = 1, nk do run(i, nil) end
+    return out
+  end
+  -- a group is decided where its first member stands, with every later
+  -- member of its byte, wherever they are
+  local done = {}
+  for i = 1, nk do
+    local g = string.byte(argv[o + i], 3)
     if g == 0 then
       run(i, nil)
-      i = i + 1
-    else
-      local j = i
-      while j < nk and string.byte(argv[o + j + 1], 3) == g do j = j + 1 end
+    elseif not done[i] then
+      local ms = {}
+      for m = i, nk do
+        if string.byte(argv[o + m], 3) == g then
+          ms[#ms + 1] = m
+          done[m] = true
+        end
+      end
       local all, fits, ops = true, {}, {}
-      for m = i, j do
+      for _, m in ipairs(ms) do
         fits[m], ops[m] = run(m, OP_PEEK)
         if ops[m] == OP_ALLOW and not fits[m] then all = false end
       end
-      for m = i, j do
+      for _, m in ipairs(ms) do
         if ops[m] == OP_ALLOW and (all or not fits[m]) then run(m, nil) end
       end
-      i = j + 1
     end
   end
   return out
