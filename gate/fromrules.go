@@ -10,13 +10,24 @@ import (
 // declare, for a Config whose Rules is cfg: a route with its own
 // rate_limit carries that policy, and the others are decided by their
 // domain's descriptors, the route's key parts being the entries. Limits
-// are named "domain/route".
+// are named "domain/route"; two routes whose names meet so ("a/b" of
+// domain "x", "b" of domain "x/a") are refused, with both files' lines.
 func FromRules(cfg *rules.Config) ([]Limit, error) {
 	var out []Limit
+	type place struct {
+		route, file string
+		line        int
+	}
+	named := map[string]place{}
 	for _, d := range cfg.Domains() {
 		for _, rt := range d.HTTP() {
+			name := d.Name + "/" + rt.Name
+			if o, dup := named[name]; dup {
+				return nil, fmt.Errorf("%s:%d: http route %s of domain %q is named %q, as route %s at %s:%d is: rename one", rt.File, rt.Line, rt.Name, d.Name, name, o.route, o.file, o.line)
+			}
+			named[name] = place{rt.Name, rt.File, rt.Line}
 			l := Limit{
-				Name:           d.Name + "/" + rt.Name,
+				Name:           name,
 				Domain:         d.Name,
 				Match:          Match{Hosts: rt.Hosts, PathPrefix: rt.PathPrefix, Path: rt.Path, Methods: rt.Methods},
 				Cost:           rt.Cost,

@@ -1,7 +1,8 @@
 // Package gate is the transport-neutral core of Floodgate's middleware:
 // given the limits a service declares (which requests, keyed how, with
 // which policy and what action over the limit), it decides a request —
-// every matching limit in one store call — and reports what to answer.
+// every matching limit, in one store call for all but requests matching
+// dozens (see Config) — and reports what to answer.
 // Packages httplimit and grpclimit put it in front of net/http handlers and
 // grpc-go services; `floodgate proxy` puts it in front of any HTTP server.
 //
@@ -134,6 +135,25 @@ type Limit struct {
 }
 
 // Config configures a Gate.
+//
+// A gate takes any number of limits: it finds a request's limits by host
+// and leading path segments rather than trying each, so a gate of
+// thousands of them (one per API endpoint, per tenant host) costs a
+// request about what a gate of a few does. Rules files bound what they
+// declare (rules.MaxRoutes routes a file).
+//
+// A request's limits are decided together, all or nothing: one refused
+// means none consumes. They go to the store in one call of at most 48
+// operations (a limit takes one, a Ban limit three: at least 16 limits),
+// which on the memory store and on one Redis server is one atomic step
+// (floodgate.DoGroup). A request matching more is decided in as many
+// calls as it needs, in configuration order, every limit enforced; each
+// call is atomic, and across calls all or nothing is kept by giving back
+// what the earlier calls took when a later one refuses, so that
+// meanwhile a concurrent request may see that capacity taken. The gate
+// logs the first such request. With Remote, each call carries at most 48
+// descriptors (floodgate serve takes 64), and the service's all or
+// nothing holds within each call.
 type Config struct {
 	Limits []Limit
 	// Store keeps the limits' state (default: a new in-memory store).
@@ -167,10 +187,12 @@ type Config struct {
 type Gate struct {
 	cfg     Config
 	limits  []*limit
+	index   *routeIndex // nil: try every limit
 	store   floodgate.Store
 	clock   floodgate.Clock
 	ownsMem *memstore.Store
 	lastLog atomic.Int64
+	split   atomic.Bool // a request's limits took several calls (logged once)
 }
 
 // limit is a Limit compiled.
@@ -190,8 +212,14 @@ type limit struct {
 	banBurst   int64
 }
 
-// maxOps bounds the store operations of one request (a Ban limit takes
-// three, any other one).
+// maxOps bounds the operations of one store call (a Ban limit takes
+// three, any other one), and the descriptors of one call to a Remote
+// service: a request needing more is decided in several calls (see
+// Config). The stores take any number (the memory store's batches and
+// groups, and Redis's BatchFunction, are unbounded), but Redis runs a call
+// alone, its coalescer sends 64 decisions a call by default, and floodgate
+// serve takes 64 descriptors a request: 48 keeps one request's call within
+// those.
 const maxOps = 48
 
 // maxKeyParts bounds the parts of a limit's key.
@@ -218,10 +246,7 @@ func New(cfg Config) (*Gate, error) {
 		}
 		g.store, g.ownsMem = ms, ms
 	}
-	names := map[string]bool{}
-	if len(cfg.Limits) > maxOps/3 {
-		return nil, fmt.Errorf("gate: %d limits; at most %d", len(cfg.Limits), maxOps/3)
-	}
+	names := make(map[string]bool, len(cfg.Limits))
 	for i := range cfg.Limits {
 		l, err := g.compile(&cfg.Limits[i])
 		if err != nil {
@@ -237,8 +262,12 @@ func New(cfg Config) (*Gate, error) {
 	}
 	if cfg.Remote != nil {
 		if err := cfg.Remote.check(); err != nil {
+			g.Close()
 			return nil, err
 		}
+	}
+	if len(g.limits) >= indexMin {
+		g.index = newRouteIndex(g.limits)
 	}
 	return g, nil
 }
@@ -393,6 +422,12 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 
 // matches reports whether the limit applies to r.
 func (l *limit) matches(r *Request) bool {
+	return l.match(r, hostOnly(r.host()), r.path())
+}
+
+// match reports whether the limit applies to r, whose host is host (its
+// port and root dot removed: hostOnly) and path path (Request.path).
+func (l *limit) match(r *Request, h, path string) bool {
 	m := &l.Match
 	if len(l.methods) > 0 {
 		method := r.method()
@@ -410,7 +445,6 @@ func (l *limit) matches(r *Request) bool {
 		}
 	}
 	if len(l.hosts) > 0 {
-		h := hostOnly(r.host())
 		ok := false
 		for _, x := range l.hosts {
 			if strings.HasPrefix(x, "*.") {
@@ -423,7 +457,6 @@ func (l *limit) matches(r *Request) bool {
 			return false
 		}
 	}
-	path := r.path()
 	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
 		return false
 	}
@@ -623,11 +656,12 @@ type Outcome struct {
 
 	l      *limit
 	policy *floodgate.Policy
+	skey   string // the store's key
 	name   string // the rule's name as a structured-field string
 	ruleLm *rules.Limit
-	op     int8 // index of the main op, or -1
-	banOp  int8 // index of the ban marker's peek
-	thrOp  int8 // index of the threshold's charge
+	op     int // index of the main op, or -1
+	banOp  int // index of the ban marker's peek, or -1
+	thrOp  int // index of the threshold's charge, or -1
 }
 
 // shadow reports whether the outcome's limit never refuses: a Shadow
@@ -666,56 +700,71 @@ func (g *Gate) Check(r *Request, v *Verdict) {
 	ctx := r.ctx()
 	v.Allowed, v.Deciding, v.Delayed, v.Soft, v.Err = true, nil, 0, false, nil
 	v.Outcomes, v.RemoteHeaders = v.buf[:0], v.RemoteHeaders[:0]
-	var kb [128]byte
-	for _, l := range g.limits {
-		if !l.matches(r) {
-			continue
+	if len(g.limits) == 0 {
+		return
+	}
+	host, path := hostOnly(r.host()), r.path()
+	if g.index == nil {
+		for _, l := range g.limits {
+			g.consider(r, v, l, host, path)
 		}
-		if len(l.ExemptNets) > 0 {
-			a := g.clientAddr(r)
-			exempt := false
-			for _, n := range l.ExemptNets {
-				exempt = exempt || n.Contains(a)
-			}
-			if exempt {
-				continue
-			}
+	} else {
+		var lb [8][]int
+		lists := g.index.lookup(host, path, lb[:0])
+		for i := nextCandidate(lists); i >= 0; i = nextCandidate(lists) {
+			g.consider(r, v, g.limits[i], host, path)
 		}
-		key, ok := kb[:0], true
-		for i := range l.parts {
-			if i > 0 {
-				key = append(key, '|')
-			}
-			if key, ok = g.value(r, &l.parts[i], key); !ok {
-				break
-			}
-		}
-		if !ok {
-			continue
-		}
-		if l.exempt != nil && l.exempt[string(key)] {
-			continue
-		}
-		v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, op: -1, banOp: -1, thrOp: -1})
 	}
 	if len(v.Outcomes) > 0 {
 		if g.cfg.Remote != nil {
-			g.remote(ctx, r, v)
+			g.remote(ctx, v)
 		} else {
 			g.local(ctx, v)
 		}
 	}
 }
 
-// local decides the outcomes on the store, in one call.
+// consider adds l's outcome to v if l applies to r (whose host and path
+// are host and path).
+func (g *Gate) consider(r *Request, v *Verdict, l *limit, host, path string) {
+	if !l.match(r, host, path) {
+		return
+	}
+	if len(l.ExemptNets) > 0 {
+		a := g.clientAddr(r)
+		for _, n := range l.ExemptNets {
+			if n.Contains(a) {
+				return
+			}
+		}
+	}
+	var kb [128]byte
+	key, ok := kb[:0], true
+	for i := range l.parts {
+		if i > 0 {
+			key = append(key, '|')
+		}
+		if key, ok = g.value(r, &l.parts[i], key); !ok {
+			return
+		}
+	}
+	if l.exempt != nil && l.exempt[string(key)] {
+		return
+	}
+	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, op: -1, banOp: -1, thrOp: -1})
+}
+
+// local decides the outcomes on the store: in one call of at most maxOps
+// operations, or, for a request matching more limits, in as many as it
+// takes (see Config).
 func (g *Gate) local(ctx context.Context, v *Verdict) {
-	var opBuf [4]floodgate.Op
-	ops := opBuf[:0]
+	// What each outcome asks of the store: o.op opPending for a decision
+	// (and a ban's two operations), -1 for none.
+	nops := 0
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
 		l := o.l
-		o.policy, o.name = l.Policy, ""
-		key := o.Key
+		o.policy, o.name, o.skey = l.Policy, "", o.Key
 		if l.Blocked {
 			o.ruleLm = &rules.Limit{Name: l.Name, Blocked: true}
 			o.Decision = floodgate.Decision{Allowed: false, Rule: l.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
@@ -738,30 +787,73 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 				continue
 			}
 			// The service's key: serve and proxy share state.
-			o.policy, key = m.Limit.Policy, l.Domain+"\x00"+m.Key
+			o.policy, o.skey = m.Limit.Policy, l.Domain+"\x00"+m.Key
 			o.name = sfName(m.Limit.Name)
 		}
-		if len(ops)+3 > maxOps {
-			break // later limits are not enforced; New refuses so many
+		o.op = opPending
+		nops += opsOf(o)
+	}
+	// The operations, call by call: the outcomes in order, as many as fit
+	// in maxOps; in each call the all-or-nothing members (the decisions
+	// that can refuse) come last, side by side, as a Redis batch needs a
+	// group's members to be.
+	var opBuf [4]floodgate.Op
+	var callBuf [1]opCall
+	ops, calls := opBuf[:0], callBuf[:0]
+	if nops > len(opBuf) {
+		ops = make([]floodgate.Op, 0, nops)
+	}
+	for i := 0; i < len(v.Outcomes); {
+		j, n := i, 0
+		for ; j < len(v.Outcomes); j++ {
+			k := opsOf(&v.Outcomes[j])
+			if n+k > maxOps {
+				break
+			}
+			n += k
 		}
-		if l.banMarker != nil {
-			o.banOp = int8(len(ops))
-			ops = append(ops, l.banMarker.Op(floodgate.OpPeek, key, l.banBurst, 0))
-			o.thrOp = int8(len(ops))
-			ops = append(ops, l.banThresh.Op(floodgate.OpCharge, key, 1, 0))
+		c := opCall{start: len(ops)}
+		for k := i; k < j; k++ {
+			o := &v.Outcomes[k]
+			if o.op != opPending {
+				continue
+			}
+			l := o.l
+			if l.banMarker != nil {
+				o.banOp = len(ops)
+				ops = append(ops, l.banMarker.Op(floodgate.OpPeek, o.skey, l.banBurst, 0))
+				o.thrOp = len(ops)
+				ops = append(ops, l.banThresh.Op(floodgate.OpCharge, o.skey, 1, 0))
+			}
+			switch {
+			case l.Action == Delay:
+				o.op = len(ops)
+				ops = append(ops, o.policy.Op(floodgate.OpReserve, o.skey, l.Cost, l.MaxDelay))
+			case o.shadow():
+				o.op = len(ops)
+				ops = append(ops, o.policy.Op(floodgate.OpAllow, o.skey, l.Cost, 0))
+			}
 		}
-		o.op = int8(len(ops))
-		if l.Action == Delay {
-			ops = append(ops, o.policy.Op(floodgate.OpReserve, key, l.Cost, l.MaxDelay))
-		} else {
-			ops = append(ops, o.policy.Op(floodgate.OpAllow, key, l.Cost, 0))
+		c.members = len(ops)
+		for k := i; k < j; k++ {
+			if o := &v.Outcomes[k]; o.op == opPending { // the others have theirs
+				o.op = len(ops)
+				ops = append(ops, o.policy.Op(floodgate.OpAllow, o.skey, o.l.Cost, 0))
+			}
 		}
+		c.end = len(ops)
+		if c.end > c.start {
+			calls = append(calls, c)
+		}
+		i = j
+	}
+	if len(calls) > 1 && g.split.CompareAndSwap(false, true) {
+		g.cfg.Logger.Warn("floodgate: a request matched more limits than one store call takes; they are decided in several calls, each atomic, all or nothing across them by giving back (logged once)",
+			"limits", len(v.Outcomes), "calls", len(calls))
 	}
 	var one [1]floodgate.Decision
 	var decs []floodgate.Decision
 	var err error
-	var group []bool // all-or-nothing members, when there are two or more
-	groupAdmitted := false
 	now := g.clock.NowMicro()
 	switch len(ops) {
 	case 0:
@@ -771,25 +863,17 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	default:
 		// The store keeps neither slice, but escape analysis cannot see
 		// through the interface: give it heap copies.
-		batch, out := append([]floodgate.Op(nil), ops...), make([]floodgate.Decision, len(ops))
-		// The limits that can refuse are all or nothing, in one atomic
-		// step where the store can (floodgate.DoGroup): a request refused
-		// by one never holds the others' capacity, even for a moment.
-		members := 0
-		for i := range v.Outcomes {
-			if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Kind == floodgate.OpAllow && !o.shadow() {
-				if group == nil {
-					group = make([]bool, len(ops))
+		batch, out := make([]floodgate.Op, len(ops)), make([]floodgate.Decision, len(ops))
+		copy(batch, ops)
+		for ci := range calls {
+			if err = g.decide(ctx, now, batch, out, &calls[ci]); err != nil {
+				// The store failed: what the earlier calls took stands if
+				// the request passes, and is given back if it does not.
+				if g.cfg.FailClosed {
+					g.refund(ctx, now, ops, v.Outcomes, calls[:ci], out)
 				}
-				group[o.op] = true
-				members++
+				break
 			}
-		}
-		if members >= 2 {
-			groupAdmitted, err = floodgate.DoGroup(ctx, g.store, now, batch, group, out)
-		} else {
-			group = nil
-			err = g.store.DoBatch(ctx, now, batch, out)
 		}
 		decs = out
 	}
@@ -857,23 +941,9 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	}
 	if !v.Allowed {
 		// All or nothing: give back what the admitted limits took (a group
-		// refused took nothing; one admitted did, if a ban, a blocked rule
-		// or a delay refuses the request).
-		var refunds []floodgate.Op
-		for i := range v.Outcomes {
-			o := &v.Outcomes[i]
-			if group != nil && o.op >= 0 && group[o.op] && !groupAdmitted {
-				continue
-			}
-			if o.op >= 0 && o.Decision.Allowed && !o.Banned && ops[o.op].Cost > 0 {
-				refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
-			}
-		}
-		if len(refunds) > 0 {
-			if err := g.store.DoBatch(context.WithoutCancel(ctx), now, refunds, make([]floodgate.Decision, len(refunds))); err != nil {
-				g.logf("floodgate: a refund failed", "err", err)
-			}
-		}
+		// refused took nothing; one admitted did, if a ban, a blocked rule,
+		// a delay or another call's group refuses the request).
+		g.refund(ctx, now, ops, v.Outcomes, calls, nil)
 	}
 	v.Deciding = deciding(v.Outcomes)
 	if !v.Allowed {
@@ -901,6 +971,98 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		v.Delayed = wait
 	}
+}
+
+// opPending marks, while local lays out the operations, an outcome whose
+// decision has no place yet.
+const opPending = -2
+
+// opsOf is the number of store operations an outcome takes while local
+// lays them out: one for its decision if it is pending and, for a ban,
+// two more.
+func opsOf(o *Outcome) int {
+	switch {
+	case o.op != opPending:
+		return 0
+	case o.l.banMarker != nil:
+		return 3
+	}
+	return 1
+}
+
+// An opCall is one store call: the operations ops[start:end], those from
+// members on the all-or-nothing group's.
+type opCall struct {
+	start, members, end int
+	admitted            bool // the group was admitted: every member allowed
+}
+
+// grouped reports whether the call's members are a group: two or more.
+func (c *opCall) grouped() bool { return c.end-c.members >= 2 }
+
+// decide makes call c, putting ops[i]'s decision in decs[i].
+func (g *Gate) decide(ctx context.Context, now int64, ops []floodgate.Op, decs []floodgate.Decision, c *opCall) error {
+	batch, out := ops[c.start:c.end], decs[c.start:c.end]
+	switch {
+	case len(batch) == 1:
+		var err error
+		out[0], err = g.store.Do(ctx, now, batch[0])
+		return err
+	case c.grouped():
+		// The limits that can refuse are all or nothing, in one atomic
+		// step where the store can (floodgate.DoGroup): a request refused
+		// by one never holds the others' capacity, even for a moment.
+		group := make([]bool, len(batch))
+		for k := c.members - c.start; k < len(group); k++ {
+			group[k] = true
+		}
+		var err error
+		c.admitted, err = floodgate.DoGroup(ctx, g.store, now, batch, group, out)
+		return err
+	}
+	return g.store.DoBatch(ctx, now, batch, out)
+}
+
+// refund gives back what the outcomes' decisions in calls took, for a
+// request refused: each admitted decision but those of a refused group
+// (which took nothing) and those of a banned key. With decs, the outcomes'
+// decisions are not set yet: decs[i] is ops[i]'s, as the store made it.
+// It is best effort, as a refund can only be.
+func (g *Gate) refund(ctx context.Context, now int64, ops []floodgate.Op, outcomes []Outcome, calls []opCall, decs []floodgate.Decision) {
+	var refunds []floodgate.Op
+	for i := range outcomes {
+		o := &outcomes[i]
+		if o.op < 0 || ops[o.op].Cost <= 0 {
+			continue
+		}
+		c := callOf(calls, o.op)
+		if c == nil || c.grouped() && o.op >= c.members && !c.admitted {
+			continue
+		}
+		allowed, banned := o.Decision.Allowed, o.Banned
+		if decs != nil {
+			allowed = decs[o.op].Allowed
+			banned = o.banOp >= 0 && !decs[o.banOp].Allowed
+		}
+		if allowed && !banned {
+			refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
+		}
+	}
+	if len(refunds) > 0 {
+		if err := g.store.DoBatch(context.WithoutCancel(ctx), now, refunds, make([]floodgate.Decision, len(refunds))); err != nil {
+			g.logf("floodgate: a refund failed", "err", err)
+		}
+	}
+}
+
+// callOf returns the call of calls that made ops[k], or nil.
+func callOf(calls []opCall, k int) *opCall {
+	for i := range calls {
+		if c := &calls[i]; c.start <= k && k < c.end {
+			return c
+		}
+	}
+	return nil
 }
 
 // deciding picks the outcome the response describes: over with the

@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"errors"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 
@@ -61,9 +63,30 @@ func TestCleanPathKeepsCleanPaths(t *testing.T) {
 	}
 }
 
-// The rules package refuses, with a line, what New would refuse with none.
+// What rules files declare, a gate takes, so that validate (which reads
+// each file alone) says ok to exactly what a proxy loads: a route's key is
+// bounded as a limit's, and routes are bounded per file only
+// (rules.MaxRoutes), a gate taking any number: here three files at that
+// bound make one gate, and the last route of the last file limits.
 func TestRulesBoundsMatchTheGate(t *testing.T) {
-	if rules.MaxRoutes != maxOps/3 || rules.MaxRouteParts != maxKeyParts {
-		t.Fatalf("rules bounds %d routes, %d parts; the gate's %d and %d", rules.MaxRoutes, rules.MaxRouteParts, maxOps/3, maxKeyParts)
+	if rules.MaxRouteParts != maxKeyParts {
+		t.Fatalf("rules bound a route's key at %d parts; the gate at %d", rules.MaxRouteParts, maxKeyParts)
+	}
+	dir := t.TempDir()
+	writeRoutes(t, dir, 3, rules.MaxRoutes)
+	cfg, errs := rules.LoadDir(dir)
+	if len(errs) > 0 {
+		t.Fatal(errors.Join(errs...))
+	}
+	limits, err := FromRules(cfg)
+	if err != nil || len(limits) != 3*rules.MaxRoutes {
+		t.Fatalf("%d limits, %v", len(limits), err)
+	}
+	g, _ := memGate(t, Config{Limits: limits, Rules: cfg})
+	last := fmt.Sprintf("/d2/r%d", rules.MaxRoutes-1)
+	for i := range 3 {
+		if v := check(g, httpReq("192.0.2.1:1", last)); v.Allowed != (i < 2) || len(v.Outcomes) != 1 {
+			t.Fatalf("request %d to %s: allowed %v, %d outcomes", i, last, v.Allowed, len(v.Outcomes))
+		}
 	}
 }

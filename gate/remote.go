@@ -43,11 +43,76 @@ func (r *Remote) check() error {
 	return nil
 }
 
-func (g *Gate) remote(ctx context.Context, r *Request, v *Verdict) {
+// remote decides the outcomes on the rate limit service: in one call of
+// at most maxOps descriptors, or, for a request matching more limits, in
+// as many as it takes (see Config).
+func (g *Gate) remote(ctx context.Context, v *Verdict) {
+	var respBuf [1]*rlsv3.RateLimitResponse
+	resps := respBuf[:0]
+	if len(v.Outcomes) > maxOps && g.split.CompareAndSwap(false, true) {
+		g.cfg.Logger.Warn("floodgate: a request matched more limits than one call to the rate limit service takes; they are decided in several calls (logged once)",
+			"limits", len(v.Outcomes), "calls", (len(v.Outcomes)+maxOps-1)/maxOps)
+	}
+	for start := 0; start < len(v.Outcomes); start += maxOps {
+		part := v.Outcomes[start:min(start+maxOps, len(v.Outcomes))]
+		resp, err := g.remoteCall(ctx, part)
+		if err != nil {
+			v.Err = err
+			g.logf("floodgate: the rate limit service failed; the gate's failure policy decides meanwhile", "err", err)
+			v.Allowed = !g.cfg.FailClosed
+			for i := range v.Outcomes {
+				v.Outcomes[i].op = -1
+			}
+			if !v.Allowed {
+				v.Deciding = &v.Outcomes[0]
+				v.Deciding.Over = true
+				v.Deciding.Decision = floodgate.Decision{Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second}
+			}
+			return
+		}
+		resps = append(resps, resp)
+		for i, st := range resp.Statuses {
+			o := &part[i]
+			wait := st.GetDurationUntilReset().AsDuration()
+			o.Decision = floodgate.Decision{
+				Allowed:    st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT,
+				Limit:      int64(st.GetCurrentLimit().GetRequestsPerUnit()),
+				Remaining:  int64(st.GetLimitRemaining()),
+				ResetAfter: wait,
+				RetryAfter: wait,
+				Rule:       st.GetCurrentLimit().GetName(),
+			}
+			if !o.Decision.Allowed {
+				o.Decision.Reason = floodgate.ReasonLimited
+			}
+			o.Over = !o.Decision.Allowed && o.l.Action != Shadow
+			if o.Over {
+				v.Allowed = false
+			}
+		}
+	}
+	v.Deciding = deciding(v.Outcomes)
+	// The service's fields describe its call's limits: pass on those of
+	// the deciding outcome's call.
+	resp := resps[0]
+	if v.Deciding != nil {
+		for i := range v.Outcomes {
+			if &v.Outcomes[i] == v.Deciding {
+				resp = resps[i/maxOps]
+			}
+		}
+	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		v.RemoteHeaders = append(v.RemoteHeaders, [2]string{h.GetKey(), h.GetValue()})
+	}
+}
+
+// remoteCall asks the service about outcomes, each one descriptor.
+func (g *Gate) remoteCall(ctx context.Context, outcomes []Outcome) (*rlsv3.RateLimitResponse, error) {
 	rc := g.cfg.Remote
-	req := &rlsv3.RateLimitRequest{Domain: rc.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, len(v.Outcomes))}
-	for i := range v.Outcomes {
-		o := &v.Outcomes[i]
+	req := &rlsv3.RateLimitRequest{Domain: rc.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, len(outcomes))}
+	for i := range outcomes {
+		o := &outcomes[i]
 		d := &rlcommon.RateLimitDescriptor{Entries: make([]*rlcommon.RateLimitDescriptor_Entry, len(o.l.parts))}
 		vals := splitKey(o.Key, len(o.l.parts))
 		for j := range o.l.parts {
@@ -66,46 +131,10 @@ func (g *Gate) remote(ctx context.Context, r *Request, v *Verdict) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := rc.Client.ShouldRateLimit(cctx, req)
 	cancel()
-	if err == nil && len(resp.GetStatuses()) != len(v.Outcomes) {
+	if err == nil && len(resp.GetStatuses()) != len(outcomes) {
 		err = errors.New("gate: the rate limit service answered a different number of statuses")
 	}
-	if err != nil {
-		v.Err = err
-		g.logf("floodgate: the rate limit service failed; the gate's failure policy decides meanwhile", "err", err)
-		v.Allowed = !g.cfg.FailClosed
-		for i := range v.Outcomes {
-			v.Outcomes[i].op = -1
-		}
-		if !v.Allowed {
-			v.Deciding = &v.Outcomes[0]
-			v.Deciding.Over = true
-			v.Deciding.Decision = floodgate.Decision{Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second}
-		}
-		return
-	}
-	for i, st := range resp.Statuses {
-		o := &v.Outcomes[i]
-		wait := st.GetDurationUntilReset().AsDuration()
-		o.Decision = floodgate.Decision{
-			Allowed:    st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT,
-			Limit:      int64(st.GetCurrentLimit().GetRequestsPerUnit()),
-			Remaining:  int64(st.GetLimitRemaining()),
-			ResetAfter: wait,
-			RetryAfter: wait,
-			Rule:       st.GetCurrentLimit().GetName(),
-		}
-		if !o.Decision.Allowed {
-			o.Decision.Reason = floodgate.ReasonLimited
-		}
-		o.Over = !o.Decision.Allowed && o.l.Action != Shadow
-		if o.Over {
-			v.Allowed = false
-		}
-	}
-	for _, h := range resp.GetResponseHeadersToAdd() {
-		v.RemoteHeaders = append(v.RemoteHeaders, [2]string{h.GetKey(), h.GetValue()})
-	}
-	v.Deciding = deciding(v.Outcomes)
+	return resp, err
 }
 
 // splitKey splits a key into its n escaped parts.

@@ -138,9 +138,10 @@ func TestPlainTagsAreRead(t *testing.T) {
 	}
 }
 
-// What a proxy's gate cannot take is refused where it is written, with
-// its line: a 17th http route, a route key of 9 parts. (Before, validate
-// said ok and the proxy refused the reload with no line.)
+// The bounds of http routes are refused where they are written, with
+// their line: one route more than MaxRoutes in a file, a route key of 9
+// parts (which a gate cannot take). (Before, validate said ok and the
+// proxy refused the reload with no line.)
 func TestRouteBoundsAreRulesErrors(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: edge\nhttp:\n")

@@ -122,7 +122,7 @@ func (p *parser) httpSection(v *yaml.Node, path string, treeOK bool) []*HTTPRout
 			return routes
 		}
 		if i == MaxRoutes {
-			p.add(it.Line, ip, "more than %d http routes: a proxy or middleware takes at most %d in all its rules files", MaxRoutes, MaxRoutes)
+			p.add(it.Line, ip, "more than %d http routes in one file", MaxRoutes)
 			return routes
 		}
 		r, ok := p.httpRoute(it, ip, i)

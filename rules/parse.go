@@ -28,7 +28,7 @@ const (
 	MaxFileRegex   = 4000    // instructions all of a file's value_regex compile to
 	MaxMetadata    = 16384   // bytes of one limit's metadata, aliases expanded (strings, plus 16 a value)
 	MaxYAMLNodes   = 2000000 // YAML nodes visited, aliases expanded
-	MaxRoutes      = 16      // http routes in one file (a proxy's gate takes 16 in all: one request's limits go in one store call)
+	MaxRoutes      = 4096    // http routes in one file (a gate takes any number of files' routes)
 	MaxRouteParts  = 8       // parts of an http route's key (the gate's bound)
 	maxYAMLDepth   = 200     // YAML nesting (metadata included)
 )

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/internal/loadgen"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -77,6 +78,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	bad := 0
 	byDomain := map[string]string{} // the file declaring each domain
+	var domains []*rules.Domain
 	for _, f := range files {
 		data, err := rules.ReadFile(f)
 		if err == nil {
@@ -86,6 +88,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 					err = rules.DuplicateDomain(f, d.Name, other)
 				} else {
 					byDomain[d.Name] = f
+					domains = append(domains, d)
 					fmt.Fprintf(stdout, "ok    %s (domain %q)\n", f, d.Name)
 					if named[f] && !rules.IsRulesFile(filepath.Base(f)) {
 						fmt.Fprintf(stdout, "      note: a rules directory's files are its *.yaml and *.yml, not hidden; serve would not read this name\n")
@@ -99,6 +102,16 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	if bad > 0 {
 		fmt.Fprintf(stderr, "%d of %d files refused\n", bad, len(files))
+		return 1
+	}
+	// what only the files together can break: the proxy's limits from
+	// every file's http routes
+	cfg, err := rules.NewConfig(domains...)
+	if err == nil {
+		_, err = gate.FromRules(cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "FAIL  the files together\n%s\n", indent(err.Error()))
 		return 1
 	}
 	return 0
