@@ -30,6 +30,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -339,12 +341,33 @@ func (s *Store) Close() error {
 // Client returns the underlying rueidis client.
 func (s *Store) Client() rueidis.Client { return s.client }
 
-// Key returns the Redis key holding key's state under policy.
+// MaxKeyBytes bounds the bytes of a key as Redis keys hold it: a longer
+// one is kept as its SHA-256 digest. Sending megabytes a call would cost
+// more than the store's timeout, and each call that timed out so would
+// count as Redis failing (Options.BreakerThreshold) for every key.
+const MaxKeyBytes = 1024
+
+// Key returns the Redis key holding key's state under policy:
+// prefix:1:{key}:policy, with '{', '}' and '%' in key percent-escaped (no
+// key can choose its Cluster slot or meet another's), the empty key as
+// {%} (an empty hash tag would not be one, and a key's names would land
+// in other slots), and a key over MaxKeyBytes as {%s<its SHA-256 in hex>}.
+// An escaped key holds '%' only before two hex digits, so none of the
+// three forms meets another.
 func (s *Store) Key(policy, key string) string {
 	var b strings.Builder
-	b.Grow(len(s.opts.Prefix) + len(key) + len(policy) + 8)
+	b.Grow(len(s.opts.Prefix) + min(len(key), MaxKeyBytes) + len(policy) + 8)
 	b.WriteString(s.opts.Prefix)
 	b.WriteString(":1:{")
+	switch {
+	case key == "":
+		b.WriteByte('%')
+	case len(key) > MaxKeyBytes:
+		sum := sha256.Sum256([]byte(key))
+		b.WriteString("%s")
+		b.WriteString(hex.EncodeToString(sum[:]))
+		key = ""
+	}
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
 		case '{':
