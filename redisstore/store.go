@@ -649,13 +649,14 @@ var errNoTime = errors.New("redisstore: the caller's deadline leaves no time for
 // its own timer (no timer per call; see timeoutContext). When the caller has
 // a deadline (Envoy gives its rate limit calls 20ms) that comes before
 // Options.Timeout, Redis gets until a fifth of the time left before it
-// (at least 1 ms, rounded down to the millisecond: 4 ms of Envoy's 20),
+// (at least 1 ms, rounded down to the millisecond where that leaves 1 ms:
+// 4 ms of Envoy's 20),
 // so that on a slow or silent Redis the failure mode still answers, as a
 // timeout, before the caller's deadline; otherwise it gets
 // Options.Timeout. A caller cancelled meanwhile still waits, at most until
 // that deadline. False when less than a millisecond is left to ask Redis
-// in: the caller is answered by the failure mode at once, and Redis is not
-// blamed.
+// in (the caller has under 2 ms): the caller is answered by the failure
+// mode at once, and Redis is not blamed.
 func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	if ctx.Err() != nil {
 		return ctx, false
@@ -666,9 +667,16 @@ func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	if !ok || end.Sub(now) > s.opts.Timeout {
 		return s.timeoutContext(now), true
 	}
+	if end.Sub(now) < time.Millisecond {
+		return ctx, false
+	}
 	ms := end.UnixMilli()
 	if time.UnixMilli(ms).Sub(now) < time.Millisecond {
-		return ctx, false
+		// rounded down, the shared deadline would leave Redis under a
+		// millisecond: a deadline of this call's own (a timer; only the
+		// calls with 2 to 3 ms left take one)
+		ectx, cancel := context.WithDeadline(context.Background(), end)
+		return &ownDeadline{ectx, cancel}, true
 	}
 	if e := s.early.Load(); e != nil && e.ms == ms {
 		return e.ctx, true
@@ -676,6 +684,14 @@ func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
 	ectx, cancel := context.WithDeadline(context.Background(), time.UnixMilli(ms))
 	s.early.Store(&sharedDeadline{ms: ms, ctx: ectx, cancel: cancel})
 	return ectx, true
+}
+
+// An ownDeadline is a call's own deadline context, released by its timer
+// (cancel is kept, never called: the call ends before the deadline or at
+// it).
+type ownDeadline struct {
+	context.Context
+	cancel context.CancelFunc
 }
 
 // timeoutContext is the context of a call started at now that only
