@@ -109,6 +109,21 @@ func (p *Policy) Version() uint64 { return p.seq }
 // type is internal: other packages cannot use it.
 func (p *Policy) Compiled() []algo.Params { return p.params }
 
+// CanDelay reports whether a request over p's limit can be delayed rather
+// than refused: whether some rule of p is a bucket (token bucket, either
+// refill, leaky bucket, its shaper, GCRA), which lends capacity that frees
+// later to Reserve and Wait. Window rules only ever admit now, so a delay
+// action on a policy of windows alone would refuse every request it meant
+// to delay.
+func (p *Policy) CanDelay() bool {
+	for i := range p.params {
+		if p.params[i].Reservable() {
+			return true
+		}
+	}
+	return false
+}
+
 // Width is the number of int64 state words a key of this policy needs.
 func (p *Policy) Width() int { return p.width }
 

@@ -317,6 +317,9 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 		if remote {
 			return nil, errors.New("action: delay needs the in-process engine, not a remote service")
 		}
+		if l.Policy != nil && !l.Policy.CanDelay() {
+			return nil, fmt.Errorf("action: delay needs a bucket rule (token bucket, GCRA, leaky bucket); policy %q has windows only, which never delay: every request over it would be refused", l.Policy.Name())
+		}
 	case Redirect:
 		if l.Redirect == "" {
 			return nil, errors.New("redirect: a redirect action needs a URL")

@@ -346,6 +346,10 @@ func (p *parser) httpRoute(m *yaml.Node, path string, i int) (*parsedRoute, bool
 				return r, false
 			}
 			l.Policy = pol
+			if r.Action == "delay" && !pol.CanDelay() {
+				p.add(actionLine, join(path, "action"), "delay needs a bucket algorithm (token_bucket, gcra, leaky_bucket) in the route's rate_limit; windows never delay, so every request over it would be refused")
+				ok = false
+			}
 		}
 		r.Limit = l
 	}
