@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
@@ -35,6 +36,10 @@ type proxyConfig struct {
 	clientIPHeaders        string
 	ipv6Prefix             int
 	xRateLimit, failClosed bool
+	// upstreamTimeout bounds the wait for the upstream's response header
+	// (0: none); bodyTimeout the wait for each read of a request's body
+	// (0: none).
+	upstreamTimeout, bodyTimeout time.Duration
 }
 
 func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
@@ -50,6 +55,8 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", envInt("IPV6_PREFIX", 64), "IPv6 clients are keyed by this prefix length (128: each address) [FLOODGATE_IPV6_PREFIX]")
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
+	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", envDuration("UPSTREAM_TIMEOUT", 60*time.Second), "how long the upstream may take to send a response's header once it has the request, else 504; a response whose header came is never cut (it may stream for as long as it lasts); 0: no limit [FLOODGATE_UPSTREAM_TIMEOUT]")
+	fs.DurationVar(&c.bodyTimeout, "client-body-timeout", envDuration("CLIENT_BODY_TIMEOUT", 60*time.Second), "how long a client may leave its request's body without sending more (between two reads, as nginx's client_body_timeout), else 408 and the connection closes; 0: no limit [FLOODGATE_CLIENT_BODY_TIMEOUT]")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -58,6 +65,12 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	}
 	if c.upstream == "" {
 		return nil, errors.New("proxy: --upstream is required (the service to protect, http://host:port)")
+	}
+	if c.upstreamTimeout < 0 {
+		return nil, fmt.Errorf("proxy: --upstream-timeout %v: want 0 (no limit) or more", c.upstreamTimeout)
+	}
+	if c.bodyTimeout < 0 {
+		return nil, fmt.Errorf("proxy: --client-body-timeout %v: want 0 (no limit) or more", c.bodyTimeout)
 	}
 	return c, nil
 }
@@ -72,9 +85,15 @@ func proxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // proxyMetrics are the proxy's own metrics, beside the rules' reloads.
 type proxyMetrics struct {
-	requests  *prometheus.CounterVec
-	limits    *prometheus.CounterVec
-	upstream  prometheus.Counter
+	requests *prometheus.CounterVec
+	limits   *prometheus.CounterVec
+	// upstream counts the requests the upstream failed (502 and 504),
+	// upstreamTimeouts those of them it sent no header for in time (504).
+	upstream         prometheus.Counter
+	upstreamTimeouts prometheus.Counter
+	// clients counts the requests their client failed, by reason
+	// (clientReasons).
+	clients   *prometheus.CounterVec
 	mu        sync.Mutex
 	limitKeys map[[2]string]prometheus.Counter
 }
@@ -140,10 +159,14 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_limit_decisions_total",
 			Help: "Decisions per http route (domain/route) and outcome (ok, over_limit, shadow_over_limit, banned)."}, []string{"limit", "outcome"}),
 		upstream: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_errors_total",
-			Help: "Requests the upstream could not answer (502)."}),
+			Help: "Requests the upstream failed: it could not be reached or broke off (502), or sent no response header within --upstream-timeout (504)."}),
+		upstreamTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_timeouts_total",
+			Help: "Requests whose upstream sent no response header within --upstream-timeout (504); also in floodgate_proxy_upstream_errors_total."}),
+		clients: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_client_errors_total",
+			Help: "Requests their client failed, by reason: body_timeout (its body stalled past --client-body-timeout), body_aborted (it went away while sending its body), body_invalid (a malformed body), gone_while_delayed (it went away while a delay action held it)."}, []string{"reason"}),
 		limitKeys: map[[2]string]prometheus.Counter{},
 	}
-	for _, col := range []prometheus.Collector{pm.requests, pm.limits, pm.upstream} {
+	for _, col := range []prometheus.Collector{pm.requests, pm.limits, pm.upstream, pm.upstreamTimeouts, pm.clients} {
 		if err := metrics.Register(col); err != nil {
 			return err
 		}
@@ -157,7 +180,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	closeFns := []func() error{st.close}
 
 	// The gate, rebuilt on every reload; state lives in the store.
-	fp := newFastProxy(up, trusted, c.xRateLimit, log, pm)
+	fp := newFastProxy(up, trusted, c.xRateLimit, log, pm, proxyTimeouts{upstream: c.upstreamTimeout, body: c.bodyTimeout})
 	build := func(cfg *rules.Config) error {
 		limits, err := gate.FromRules(cfg)
 		if err != nil {
@@ -165,6 +188,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 		g, err := gate.New(gate.Config{
 			Limits: limits, Store: store, Rules: cfg, FailClosed: c.failClosed, Logger: log,
+			Clock:    watchingClock{clock.Coarse}, // a delay ends early when its client leaves
 			ClientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix},
 		})
 		if err != nil {
