@@ -36,6 +36,9 @@ func (r Reason) String() string {
 // with the longest RetryAfter; for an admission, the rule with the fewest
 // Remaining. docs/ALGORITHMS.md defines each field per algorithm.
 type Decision struct {
+	// Allowed reports whether the request may proceed: every rule admitted
+	// it (or a rule's failure mode did, when the store could not be asked:
+	// see Degraded).
 	Allowed bool
 	// Limit is the deciding rule's limit: requests per period.
 	Limit int64
@@ -106,6 +109,16 @@ type Op struct {
 type Store interface {
 	Do(ctx context.Context, now int64, op Op) (Decision, error)
 	DoBatch(ctx context.Context, now int64, ops []Op, out []Decision) error
+}
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, as an
+// HTTP Retry-After header says it: a wait of 1 ms is 1, not 0 (a client
+// told 0 would retry at once and be refused again).
+func (d Decision) RetryAfterSeconds() int64 {
+	if d.RetryAfter <= 0 {
+		return 0
+	}
+	return int64((d.RetryAfter + time.Second - 1) / time.Second)
 }
 
 // A Mover is a Store that can carry a key's state from one policy to

@@ -181,7 +181,10 @@ type Reservation struct {
 func (r *Reservation) OK() bool { return r.Allowed }
 
 // Cancel gives the reserved capacity back, when the request will not
-// proceed after all.
+// proceed after all: the whole cost, whenever it is called (unlike
+// golang.org/x/time/rate's Cancel, which gives nothing back once the
+// reservation's time has come), and once. Call it only for a request that
+// did not proceed.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.Allowed || r.cost == 0 {
 		return nil

@@ -16,9 +16,13 @@ import (
 //
 // The policy's name identifies its state in a store: two versions of a
 // policy with one name (say, before and after a limit change) share each
-// key's state, matched rule by rule by rule name. A store decides under the
-// newest version it has seen (the one created last), so two different live
-// policies should not share a name.
+// key's state, matched rule by rule by rule name. The in-memory store
+// decides under the newest version it has seen (the one created last), for
+// callers of the older one too; the Redis store decides each call under
+// the caller's version, converting the key's state when versions
+// alternate. So two different live policies must not share a name: on the
+// memory store the newer one's limits would apply to both (a strict login
+// limit loosened by a lax one of its name).
 type Policy struct {
 	name    string
 	rules   []Rule
