@@ -40,7 +40,8 @@ func TestBadRulesNameTheField(t *testing.T) {
 		{floodgate.Rule{Limit: 5, Period: time.Hour, Mode: floodgate.Elastic, ElasticCeiling: 4, Spare: spare}, "elastic_ceiling"},
 		{floodgate.Rule{Limit: 5, Period: time.Hour, Mode: floodgate.Elastic, ElasticCeiling: 10}, "spare"},
 		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, CountRejected: true}, "count_rejected"},
-		{floodgate.Rule{Limit: 999_983, Period: 100_000 * time.Hour}, "limit"},
+		{floodgate.Rule{Limit: 1, Period: 87_600 * time.Hour, Burst: 1_000_000_000}, "burst"},
+		{floodgate.Rule{Limit: 1, Period: time.Second, Burst: 1 << 51}, "burst"},
 	}
 	for i, c := range cases {
 		_, err := floodgate.NewPolicy("p", c.rule)

@@ -130,6 +130,9 @@ func newPolicyArgs(p *floodgate.Policy) *policyArgs {
 		// gives the state its meaning; the first five fields are the window.
 		sig := fmt.Sprintf("%d|%d|%s|%s|%d|%d|%d|%d|%d|%d|%d|%s",
 			r.Kind, r.Period, cal, loc, r.WeekDay0, r.Limit, r.Burst, r.Gran, r.Soft, r.Elastic, r.MaxCeiling(), cr)
+		if r.Approx { // a bucket whose exact units would not fit: its own
+			sig += fmt.Sprintf("|%d|%d", r.Unit, r.Rate)
+		}
 		pa.static = append(pa.static, rules[i].Name, sig, "0", "0", "0")
 	}
 	return pa

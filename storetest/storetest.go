@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
 		{"Batch", testBatch},
 		{"Group", testGroup},
 		{"Move", testMove},
+		{"Approx", testApprox},
 		{"ClockBackwards", testClockBackwards},
 		{"Observer", testObserver},
 		{"Concurrency", testConcurrency},

@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"math/big"
 	"math/bits"
 	"time"
 )
@@ -56,8 +57,13 @@ type Params struct {
 	// Bucket algorithms measure their level in units: one request is Unit
 	// units and the bucket drains Rate units per microsecond, with
 	// Unit = P/gcd(P,L) and Rate = L/gcd(P,L), so the rate L/P is exact.
-	Unit int64
-	Rate int64
+	// When the ceiling's Unit units would pass 2^51 (30,011 a day: 86.4e9
+	// units a request), Rate/Unit is instead the fraction nearest L/P whose
+	// Unit fits (approxRate), and Approx is set: the rate is then off by
+	// less than one part in ceiling·Unit (below 10^-9 of it in that example).
+	Unit   int64
+	Rate   int64
+	Approx bool
 
 	Gran int64 // SlidingSubwindow: sub-window length in microseconds
 	N    int64 // SlidingSubwindow: number of sub-windows (Period/Gran)
@@ -156,10 +162,17 @@ func (p *Params) Prepare() string {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
 		g := gcd(p.Period, p.Limit)
-		p.Unit, p.Rate = p.Period/g, p.Limit/g
+		p.Unit, p.Rate, p.Approx = p.Period/g, p.Limit/g, false
 		hi, lo := bits.Mul64(uint64(p.MaxCeiling()), uint64(p.Unit))
 		if hi != 0 || lo >= MaxExact/4 {
-			return "limit: the limit, burst and period together need more than 2^51 units; choose a limit that divides the period more evenly, a smaller burst, or a shorter period"
+			umax := (MaxExact/4 - 1) / p.MaxCeiling()
+			if umax >= 1 {
+				p.Unit, p.Rate = approxRate(p.Period, p.Limit, umax)
+			}
+			if umax < 1 || p.Rate < 1 {
+				return "burst: too large for the rate: a full bucket would take more than 2^51 units (make the burst smaller against the limit, or the period shorter)"
+			}
+			p.Approx = true
 		}
 	case TokenBucketInterval:
 		if p.MaxCeiling() >= MaxExact/4 {
@@ -216,6 +229,43 @@ func (p *Params) Prepare() string {
 	}
 	p.Width = p.WidthFor()
 	return ""
+}
+
+// approxRate returns the units of a bucket of l per period microseconds
+// whose exact units (period/gcd) are more than umax: the fraction
+// rate/unit nearest l/period with unit <= umax, a best rational
+// approximation found from the continued fraction of l/period (its last
+// convergent within umax, or the semiconvergent past it, whichever is
+// nearer). rate may be 0 when l/period is below 1/(2·umax).
+func approxRate(period, l, umax int64) (unit, rate int64) {
+	p0, q0, p1, q1 := int64(0), int64(1), int64(1), int64(0)
+	n, d := l, period
+	for d != 0 {
+		a := n / d
+		if q1 != 0 && a > (umax-q0)/q1 { // q0 + a·q1 > umax
+			break
+		}
+		p0, q0, p1, q1 = p1, q1, p0+a*p1, q0+a*q1
+		n, d = d, n-a*d
+	}
+	if d == 0 { // exact within umax (not when called from Prepare)
+		return q1, p1
+	}
+	k := (umax - q0) / q1
+	sp, sq := p0+k*p1, q0+k*q1 // the semiconvergent
+	// nearer: |sp/sq − l/period| against |p1/q1 − l/period|, exactly
+	dist := func(p, q int64) *big.Int {
+		x := new(big.Int).Mul(big.NewInt(p), big.NewInt(period))
+		x.Sub(x, new(big.Int).Mul(big.NewInt(l), big.NewInt(q)))
+		return x.Abs(x)
+	}
+	ds, dc := dist(sp, sq), dist(p1, q1)
+	ds.Mul(ds, big.NewInt(q1))
+	dc.Mul(dc, big.NewInt(sq))
+	if ds.Cmp(dc) < 0 {
+		return sq, sp
+	}
+	return q1, p1
 }
 
 func gcd(a, b int64) int64 {

@@ -14,8 +14,10 @@ end
 
 -- parse reads a rule's signature, every parameter that gives its state a
 -- meaning: kind|period|cal|location|weekday|limit|burst|gran|soft|elastic|
--- maxceil|countrejected. The first five are its window: state converts
--- verbatim between fixed windows that share them.
+-- maxceil|countrejected, then, for a bucket whose exact units would pass
+-- 2^51, |unit|rate (internal/algo's approxRate, computed once in Go). The
+-- first five are its window: state converts verbatim between fixed windows
+-- that share them.
 local function parse(name, sig)
   local v, start = {}, 1
   while true do
@@ -36,8 +38,13 @@ local function parse(name, sig)
   }
   p.algo = algos[p.kind]
   if p.algo == nil or p.period == nil or p.limit == nil or p.maxceil == nil then return nil end
-  local g = gcd(p.period, p.limit)
-  p.unit, p.rate = p.period / g, p.limit / g
+  if v[13] then
+    p.unit, p.rate = tonumber(v[13]), tonumber(v[14])
+    if p.unit == nil or p.rate == nil or p.unit < 1 or p.rate < 1 then return nil end
+  else
+    local g = gcd(p.period, p.limit)
+    p.unit, p.rate = p.period / g, p.limit / g
+  end
   p.n = 0
   if p.gran > 0 then p.n = p.period / p.gran end
   return p
