@@ -139,7 +139,7 @@ func (p *Params) Prepare() string {
 		return "period: must be at least one microsecond"
 	}
 	if p.Period >= MaxExact/4 {
-		return "period: too long"
+		return "period: too long (at most 2^51 µs, about 71 years)"
 	}
 	if p.Burst == 0 {
 		p.Burst = p.Limit
