@@ -35,7 +35,8 @@ type Event struct {
 type Observer func(Event)
 
 // A Limiter applies a policy to keys held in a store.
-// It is safe for concurrent use.
+// It is safe for concurrent use. Make one with NewLimiter: the zero
+// Limiter has neither policy nor store.
 type Limiter struct {
 	policy  atomic.Pointer[Policy]
 	store   Store
@@ -52,8 +53,15 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 // WithObserver sets a hook that sees every decision.
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.observe = o } }
 
-// NewLimiter returns a limiter applying p to keys kept in s.
+// NewLimiter returns a limiter applying p to keys kept in s. It panics,
+// saying which, when p is nil or was not made by NewPolicy (or MustPolicy,
+// or WithLimit), or s is nil: a mistake of the program's, not of its input,
+// caught where it is made rather than at the first request.
 func NewLimiter(p *Policy, s Store, opts ...Option) *Limiter {
+	mustPolicy("NewLimiter", p)
+	if s == nil {
+		panic("floodgate: NewLimiter: nil store (memstore.New or redisstore.New makes one)")
+	}
 	l := &Limiter{store: s, clock: clock.Coarse}
 	l.policy.Store(p)
 	for _, o := range opts {
@@ -164,8 +172,24 @@ func (l *Limiter) SetLimit(rule string, limit int64) error {
 }
 
 // SetPolicy replaces the limiter's policy. A policy of the same name keeps
-// each key's state, rule by rule, matched by rule name.
-func (l *Limiter) SetPolicy(p *Policy) { l.policy.Store(p) }
+// each key's state, rule by rule, matched by rule name. It panics, as
+// NewLimiter does, on a nil policy or one not made by NewPolicy.
+func (l *Limiter) SetPolicy(p *Policy) {
+	mustPolicy("SetPolicy", p)
+	l.policy.Store(p)
+}
+
+// mustPolicy panics, naming the caller, unless p is a policy NewPolicy
+// made (the zero Policy has no rules, and would fail at the first request
+// with an index out of range).
+func mustPolicy(caller string, p *Policy) {
+	if p == nil {
+		panic("floodgate: " + caller + ": nil policy (NewPolicy or MustPolicy makes one)")
+	}
+	if p.width == 0 {
+		panic("floodgate: " + caller + ": a zero Policy (NewPolicy or MustPolicy makes one)")
+	}
+}
 
 // A Reservation is capacity taken now for a request that may proceed after
 // Delay. Cancel gives the capacity back.

@@ -55,7 +55,7 @@ var policySeq atomic.Uint64
 // never shared.
 func NewPolicy(name string, rules ...Rule) (*Policy, error) {
 	if len(rules) == 0 {
-		return nil, &RuleError{Rule: "(none)", Field: "rules", Msg: "a policy needs at least one rule"}
+		return nil, &RuleError{Field: "rules", Msg: "a policy needs at least one rule"}
 	}
 	if len(rules) > algo.MaxRules {
 		return nil, &RuleError{Rule: fmt.Sprintf("rules[%d]", algo.MaxRules), Field: "rules", Msg: fmt.Sprintf("a policy holds at most %d rules", algo.MaxRules)}

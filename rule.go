@@ -134,12 +134,15 @@ type Rule struct {
 
 // RuleError reports an invalid rule, naming the rule and the field.
 type RuleError struct {
-	Rule  string // the rule's name, or its position as "rules[i]"
+	Rule  string // the rule's name, or its position as "rules[i]"; empty for the policy as a whole
 	Field string // the field, as named in configuration files
 	Msg   string
 }
 
 func (e *RuleError) Error() string {
+	if e.Rule == "" { // the policy's, not one rule's
+		return fmt.Sprintf("floodgate: policy: %s: %s", e.Field, e.Msg)
+	}
 	return fmt.Sprintf("rule %s: %s: %s", e.Rule, e.Field, e.Msg)
 }
 

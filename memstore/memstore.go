@@ -27,8 +27,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/bits"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -92,7 +95,8 @@ type Store struct {
 }
 
 // New returns a store. When opts.SnapshotPath names an existing snapshot,
-// its keys are restored; a snapshot that cannot be read is an error.
+// its keys are restored; a snapshot that cannot be read is an error, as is
+// a directory where none can be written.
 func New(opts Options) (*Store, error) {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 1 << 22
@@ -136,6 +140,14 @@ func New(opts Options) (*Store, error) {
 		if err := s.restore(opts.SnapshotPath); err != nil {
 			return nil, err
 		}
+		// a snapshot that cannot be written is said now, not at Close,
+		// when the state it was to keep is already lost
+		f, err := os.CreateTemp(filepath.Dir(opts.SnapshotPath), ".floodgate-snapshot-*")
+		if err != nil {
+			return nil, fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", opts.SnapshotPath, err)
+		}
+		f.Close()
+		os.Remove(f.Name())
 	}
 	if opts.SweepInterval > 0 || opts.SnapshotPath != "" {
 		s.wg.Add(1)

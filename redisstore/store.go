@@ -58,7 +58,11 @@ type Options struct {
 	Timeout time.Duration
 	// ClientTime makes decisions use the caller's clock (the limiter's)
 	// instead of Redis's TIME. By default Redis's clock decides, so servers
-	// with skewed clocks agree; tests inject time with ClientTime.
+	// with skewed clocks agree; tests inject time with ClientTime. Keys'
+	// TTLs still run on Redis's own clock: a test whose clock moves slower
+	// than real time may find a key expired that its clock says is live
+	// (keep such a test within the keys' TTLs in real time, or move its
+	// clock at least as fast).
 	ClientTime bool
 	// BreakerThreshold is how many failures in a row open the breaker
 	// (default 3); BreakerCooldown is how long it stays open before one call
@@ -219,6 +223,17 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 		if host, _, _ = strings.Cut(host, "/"); host == "" || strings.HasPrefix(host, ":") || strings.HasPrefix(host, "?") {
 			return co, fmt.Errorf("redisstore: store URL %s: no host; want %s://host:port", redact(raw), scheme)
 		}
+		if _, query, ok := strings.Cut(rest, "?"); ok {
+			q, err := url.ParseQuery(query)
+			if err != nil {
+				return co, fmt.Errorf("redisstore: store URL %s: query: %w", redact(raw), err)
+			}
+			for k := range q {
+				if !slices.Contains(redisURLParams, k) {
+					return co, fmt.Errorf("redisstore: store URL %s: unknown parameter %q (known: %s)", redact(raw), k, strings.Join(redisURLParams, ", "))
+				}
+			}
+		}
 		co, err := rueidis.ParseURL(raw)
 		if err != nil {
 			return co, fmt.Errorf("redisstore: store URL %s: %s", redact(raw), strings.ReplaceAll(err.Error(), raw, redact(raw)))
@@ -305,6 +320,11 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 	}
 	return co, nil
 }
+
+// redisURLParams are the query parameters a redis:// or rediss:// URL may
+// carry, as rueidis reads them; any other (a misspelling, a go-redis
+// option such as timeout) is refused rather than silently ignored.
+var redisURLParams = []string{"db", "dial_timeout", "write_timeout", "protocol", "client_cache", "max_retries", "client_name", "skip_verify"}
 
 // redact hides the password of a store URL, for messages.
 func redact(raw string) string {

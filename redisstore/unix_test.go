@@ -69,3 +69,18 @@ func TestUnixSocketBadURLs(t *testing.T) {
 		t.Errorf("unix:///run/redis/redis.sock?db=3: %+v, %v", co.InitAddress, err)
 	}
 }
+
+// A redis:// URL's query is what rueidis reads, nothing else: an option of
+// another client (go-redis's timeout) or a misspelling is refused by name.
+func TestRedisURLQuery(t *testing.T) {
+	for _, u := range []string{"redis://h:1?timeout=1s", "redis://h:1/0?dial_timout=1s", "rediss://h:1?pool_size=10"} {
+		if _, err := redisstore.ParseURL(u); err == nil || !strings.Contains(err.Error(), "unknown parameter") {
+			t.Errorf("%s: %v, want an unknown parameter", u, err)
+		}
+	}
+	for _, u := range []string{"redis://h:1?db=2", "redis://h:1?dial_timeout=2s&client_name=fg", "rediss://h:1?skip_verify=true", "redis://h:1?protocol=2"} {
+		if _, err := redisstore.ParseURL(u); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}
