@@ -82,7 +82,7 @@ func TestKeysEscapeHashTags(t *testing.T) {
 		"}{evil": "fg:1:{%7D%7Bevil}:p",
 		"50%{x}": "fg:1:{50%25%7Bx%7D}:p",
 		"%7B":    "fg:1:{%257B}:p",
-		"":       "fg:1:{}:p",
+		"":       "fg:1:{%}:p", // an empty {} is no hash tag
 	} {
 		if got := s.Key("p", key); got != want {
 			t.Errorf("Key(%q) = %q, want %q", key, got, want)
