@@ -241,10 +241,18 @@ func (c *ClientIP) appendGroup(dst []byte, a netip.Addr) []byte {
 }
 
 // PeerAddr parses a connection's remote address ("192.0.2.1:5678",
-// "[2001:db8::1]:443", or an address alone).
+// "[2001:db8::1]:443", or an address alone). A Unix socket's peer (an
+// empty address, "@", or a socket's path, as net/http and grpc-go give
+// them) is on this host: it is 127.0.0.1, so a server on a Unix socket
+// behind a local proxy finds its clients through ClientIP.TrustedProxies
+// (127.0.0.1/32) as one on loopback TCP does, where every such client had
+// shared the key "unknown".
 func PeerAddr(s string) netip.Addr {
 	if a, ok := parseV4Port(s); ok {
 		return a
+	}
+	if s == "" || s == "@" || s[0] == '/' {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		return ap.Addr().Unmap().WithZone("")
