@@ -688,13 +688,45 @@ type Verdict struct {
 	// soft line.
 	Soft bool
 	// Err is a store or remote failure (the request passed unless
-	// Config.FailClosed), or the context's error when the client left
-	// while a Delay held it (Allowed false and Deciding nil).
+	// Config.FailClosed; either way each limit that asked has the failure
+	// policy's Decision, marked Degraded), or the context's error when the
+	// client left while a Delay held it (Allowed false and Deciding nil).
 	Err error
 	// Headers from a remote service (RateLimit fields it computed).
 	RemoteHeaders [][2]string
 
 	buf [4]Outcome
+}
+
+// StoreUnavailable reports whether the request was refused because the
+// store (or the remote service) could not be asked, not because a limit
+// was reached: the gate failing closed on a store error
+// (Config.FailClosed), or a rule failing closed
+// (floodgate.Rule.OnStoreFailure) while its store could not answer.
+// Deciding's Decision then has ReasonStoreUnavailable. Such a refusal is
+// answered 503 Service Unavailable (gRPC UNAVAILABLE), whatever the
+// limit's Status or Action, and Headers gives it Retry-After alone.
+func (v *Verdict) StoreUnavailable() bool {
+	return !v.Allowed && v.Deciding != nil && v.Deciding.Decision.Reason == floodgate.ReasonStoreUnavailable
+}
+
+// Degraded reports whether a failure mode rather than the store decided
+// the request, or one of its limits: the store (or the remote service)
+// failed and the gate's failure policy decided (Err), or a rule's
+// OnStoreFailure did while its store could not answer (an outcome's
+// Decision.Degraded). The request may have passed (failing open or
+// local) or been refused; for metrics, a count of decisions made without
+// the store.
+func (v *Verdict) Degraded() bool {
+	if v.Err != nil && (v.Allowed || v.Deciding != nil) {
+		return true
+	}
+	for i := range v.Outcomes {
+		if v.Outcomes[i].Decision.Degraded {
+			return true
+		}
+	}
+	return false
 }
 
 // Check decides r, waiting for Delay actions, and fills v. A Verdict may
@@ -721,6 +753,9 @@ func (g *Gate) Check(r *Request, v *Verdict) {
 	if len(v.Outcomes) > 0 {
 		if g.cfg.Remote != nil {
 			g.remote(ctx, v)
+			if v.Err != nil {
+				g.storeFailed(v, true)
+			}
 		} else {
 			g.local(ctx, v)
 		}
@@ -883,12 +918,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	if err != nil {
 		v.Err = err
 		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)
-		v.Allowed = !g.cfg.FailClosed
-		if !v.Allowed {
-			v.Deciding = &v.Outcomes[0]
-			v.Deciding.Over = true
-			v.Deciding.Decision = floodgate.Decision{Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second}
-		}
+		g.storeFailed(v, false)
 		return
 	}
 	var banOps []floodgate.Op
@@ -973,6 +1003,42 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			return
 		}
 		v.Delayed = wait
+	}
+}
+
+// storeFailed completes v, decided by the gate's failure policy because
+// the store (remote: the rate limit service) failed: the request passes,
+// or, with Config.FailClosed, is refused for ReasonStoreUnavailable, the
+// first outcome deciding, as it always has. Each limit that asked (remote:
+// every one) gets that decision, marked Degraded, rather than the zero
+// Decision (a refusal that never happened) its failed call left it.
+func (g *Gate) storeFailed(v *Verdict, remote bool) {
+	closed := g.cfg.FailClosed
+	d := floodgate.Decision{Allowed: true, Degraded: true}
+	if closed {
+		d = floodgate.Decision{Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second, Degraded: true}
+	}
+	for i := range v.Outcomes {
+		if o := &v.Outcomes[i]; remote || o.op >= 0 {
+			o.Decision, o.Over = d, closed && !o.shadow()
+		}
+	}
+	v.Allowed, v.Deciding = !closed, nil
+	// a blocked limit (requests_per_unit: 0) asks no store: it refuses
+	// still, as a limit, not as the store's failure
+	if !remote {
+		for i := range v.Outcomes {
+			if o := &v.Outcomes[i]; o.op < 0 && o.ruleLm != nil && o.ruleLm.Blocked && !o.shadow() {
+				o.Over = true
+				v.Allowed, v.Deciding = false, o
+				return
+			}
+		}
+	}
+	if closed {
+		v.Deciding = &v.Outcomes[0]
+		v.Deciding.Over = true
+		v.Deciding.Decision = d
 	}
 }
 

@@ -37,6 +37,17 @@ var warningValue = []string{`soft limit exceeded`}
 // reset, or until a retry may succeed), Retry-After when refused, and the
 // legacy X-RateLimit-Limit/Remaining/Reset when legacy is set. The slices
 // passed to set are the caller's to keep but not to modify.
+//
+// The fields say only what the store counted. A request refused because
+// the store could not be asked (v.StoreUnavailable) gets Retry-After
+// alone: no quota was exhausted, and none is described. A request a
+// failure mode decided without the store (the gate failing open on a
+// store error, a rule's OnStoreFailure: open or local) gets
+// RateLimit-Policy, which states the policy, but neither RateLimit nor the
+// legacy fields, whose remaining quota nobody counted; refused (a local
+// share used up), it gets Retry-After too. With a remote service, its
+// fields pass as they are, and a call that failed gives none but
+// Retry-After when refused (the policy is the service's).
 func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 	if len(v.RemoteHeaders) > 0 {
 		// The service computed the fields for every limit together.
@@ -49,30 +60,31 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		set(HeaderWarning, warningValue)
 	}
 	o := v.Deciding
-	if o == nil || o.l == nil {
+	if v.StoreUnavailable() {
+		set(HeaderRetryAfter, intValue(max(ratehdr.CeilSeconds(o.Decision.RetryAfter), 1)))
 		return
 	}
-	// RateLimit-Policy
-	if len(v.Outcomes) == 1 && o.policy == o.l.Policy && o.l.policyItem != nil && !o.Banned {
-		set(HeaderPolicy, o.l.policyItem)
-	} else {
-		var items []string
-		for i := range v.Outcomes {
-			x := &v.Outcomes[i]
-			if x.op < 0 && x.ruleLm == nil && !x.Banned {
-				continue
-			}
-			items = append(items, x.policyItems()...)
+	if o == nil || o.l == nil {
+		if v.Allowed && v.Err != nil {
+			// The gate's failure policy let it pass: the policies stand.
+			policyFields(v, nil, set)
 		}
-		if len(items) > 0 {
-			set(HeaderPolicy, []string{strings.Join(items, ", ")})
-		}
+		return
 	}
+	policyFields(v, o, set)
 	// RateLimit
 	d := &o.Decision
 	reset := d.ResetAfter
 	if o.Over || !d.Allowed {
 		reset = d.RetryAfter
+	}
+	secs := ratehdr.CeilSeconds(reset)
+	if d.Degraded {
+		// A failure mode decided, not the store: nothing was counted.
+		if !v.Allowed {
+			set(HeaderRetryAfter, intValue(max(secs, 1)))
+		}
+		return
 	}
 	name := o.name
 	if o.Banned && o.l.banThresh != nil {
@@ -85,7 +97,6 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		}
 	}
 	set(HeaderRateLimit, limitValue(name, d.Remaining, reset))
-	secs := ratehdr.CeilSeconds(reset)
 	if !v.Allowed {
 		set(HeaderRetryAfter, intValue(max(secs, 1)))
 	}
@@ -93,6 +104,26 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		set(HeaderLimit, intValue(max(d.Limit, 0)))
 		set(HeaderRemaining, intValue(max(d.Remaining, 0)))
 		set(HeaderReset, intValue(secs))
+	}
+}
+
+// policyFields sets RateLimit-Policy: every limit of v that applied;
+// o, when not nil, is the deciding outcome.
+func policyFields(v *Verdict, o *Outcome, set func(key string, vals []string)) {
+	if o != nil && len(v.Outcomes) == 1 && o.policy == o.l.Policy && o.l.policyItem != nil && !o.Banned {
+		set(HeaderPolicy, o.l.policyItem)
+		return
+	}
+	var items []string
+	for i := range v.Outcomes {
+		x := &v.Outcomes[i]
+		if x.op < 0 && x.ruleLm == nil && !x.Banned {
+			continue
+		}
+		items = append(items, x.policyItems()...)
+	}
+	if len(items) > 0 {
+		set(HeaderPolicy, []string{strings.Join(items, ", ")})
 	}
 }
 

@@ -9,10 +9,15 @@
 //		grpc.StreamInterceptor(lim.Stream()),
 //	)
 //
-// A refused call fails with RESOURCE_EXHAUSTED (UNAVAILABLE when the store
-// failed and the gate fails closed); the RateLimit fields travel as
-// trailers (ratelimit-policy, ratelimit, retry-after) on every call, and
-// on refusals also in the status message.
+// A call refused by a limit fails with RESOURCE_EXHAUSTED, its message
+// "rate limit exceeded (NAME); retry in N s"; the RateLimit fields travel
+// as trailers (ratelimit-policy, ratelimit, and retry-after when refused)
+// on every call a limit applies to. A call refused because the store
+// could not be asked (the gate failing closed on a store error, or a rule
+// failing closed while its store is unavailable) fails with UNAVAILABLE,
+// "rate limiter unavailable (NAME); retry in 1 s", and only a retry-after
+// trailer; a call a failure mode let through gets ratelimit-policy but no
+// ratelimit trailer, as no remaining quota was counted (see gate.Headers).
 package grpclimit
 
 import (
@@ -26,7 +31,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/gate"
 )
 
@@ -82,12 +86,12 @@ func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error)
 		return trailer, status.FromContextError(v.Err).Err()
 	}
 	o := v.Deciding
-	code := codes.ResourceExhausted
-	if o.Decision.Reason == floodgate.ReasonStoreUnavailable {
-		code = codes.Unavailable
+	code, what := codes.ResourceExhausted, "rate limit exceeded ("
+	if v.StoreUnavailable() {
+		code, what = codes.Unavailable, "rate limiter unavailable ("
 	}
 	retry := max(1, (int64(o.Decision.RetryAfter)+999_999_999)/1_000_000_000)
-	return trailer, status.Error(code, "rate limit exceeded ("+o.Limit.Name+"); retry in "+strconv.FormatInt(retry, 10)+" s")
+	return trailer, status.Error(code, what+o.Limit.Name+"); retry in "+strconv.FormatInt(retry, 10)+" s")
 }
 
 // Unary returns the unary server interceptor.

@@ -9,11 +9,15 @@
 //	...
 //	http.ListenAndServe(addr, mw.Handler(mux))
 //
-// Every response carries RateLimit-Policy and RateLimit
-// (draft-ietf-httpapi-ratelimit-headers-11) so clients can pace
+// A response to a request a limit applies to carries RateLimit-Policy and
+// RateLimit (draft-ietf-httpapi-ratelimit-headers-11) so clients can pace
 // themselves; a refused request gets 429 (or the limit's status) with
 // Retry-After and a short body in JSON or text, as the client's Accept
-// header prefers, or whatever Options.Render writes.
+// header prefers, or whatever Options.Render writes. When the store could
+// not be asked, the fields claim no count it did not make (see
+// gate.Headers): a request refused for that gets 503 Service Unavailable,
+// Retry-After: 1 and a body saying the rate limiter is unavailable; one a
+// failure mode let through gets RateLimit-Policy without RateLimit.
 package httplimit
 
 import (
@@ -23,7 +27,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/gate"
 )
 
@@ -34,7 +37,9 @@ type Options struct {
 	Legacy bool
 	// Render, when set, writes the body and status of a refused request
 	// (the rate-limit headers are already set). v.Deciding says which
-	// limit refused it and when to retry.
+	// limit refused it and when to retry; v.StoreUnavailable, that it was
+	// refused because the store could not be asked (the default answer is
+	// then 503).
 	Render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
 	// Observe, when set, sees every verdict (for metrics and logs); it
 	// must not keep v, which is recycled.
@@ -104,7 +109,7 @@ func (m *Middleware) Serve(w http.ResponseWriter, r *http.Request, v *gate.Verdi
 		return
 	}
 	o := v.Deciding
-	if o != nil && o.Limit.Action == gate.Redirect {
+	if o != nil && o.Limit.Action == gate.Redirect && !v.StoreUnavailable() {
 		http.Redirect(w, r, o.Limit.Redirect, o.Limit.RedirectStatus)
 		return
 	}
@@ -117,7 +122,10 @@ func (m *Middleware) Serve(w http.ResponseWriter, r *http.Request, v *gate.Verdi
 
 // WriteRefusal writes the default refusal: the limit's status (429 by
 // default) and a short body, JSON when the client accepts JSON, else
-// text.
+// text. A request refused because the store could not be asked
+// (v.StoreUnavailable) gets 503 Service Unavailable and a body saying the
+// rate limiter is unavailable: {"error":"rate_limiter_unavailable",...},
+// or "rate limiter unavailable (NAME); retry in 1 s".
 func WriteRefusal(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
 	status, json, body := appendRefusal(nil, wantsJSON(r.Header["Accept"]), v)
 	h := w.Header()
@@ -150,19 +158,28 @@ func appendRefusal(dst []byte, json bool, v *gate.Verdict) (status int, isJSON b
 		status, name = o.Limit.Status, o.Limit.Name
 		retry = max(1, (int64(o.Decision.RetryAfter)+999_999_999)/1_000_000_000)
 	}
-	if v.Err != nil && v.Deciding != nil && v.Deciding.Decision.Reason == floodgate.ReasonStoreUnavailable {
+	unavailable := v.StoreUnavailable()
+	if unavailable {
 		status = http.StatusServiceUnavailable
 	}
 	if json {
-		dst = slices.Grow(dst, 56+len(name)) // one allocation, mostly
-		dst = append(dst, `{"error":"rate_limited","limit":`...)
+		dst = slices.Grow(dst, 64+len(name)) // one allocation, mostly
+		if unavailable {
+			dst = append(dst, `{"error":"rate_limiter_unavailable","limit":`...)
+		} else {
+			dst = append(dst, `{"error":"rate_limited","limit":`...)
+		}
 		dst = strconv.AppendQuote(dst, name)
 		dst = append(dst, `,"retry_after":`...)
 		dst = strconv.AppendInt(dst, retry, 10)
 		return status, true, append(dst, "}\n"...)
 	}
-	dst = slices.Grow(dst, 40+len(name))
-	dst = append(dst, "rate limit exceeded ("...)
+	dst = slices.Grow(dst, 44+len(name))
+	if unavailable {
+		dst = append(dst, "rate limiter unavailable ("...)
+	} else {
+		dst = append(dst, "rate limit exceeded ("...)
+	}
 	dst = append(dst, name...)
 	dst = append(dst, "); retry in "...)
 	dst = strconv.AppendInt(dst, retry, 10)

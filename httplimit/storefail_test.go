@@ -51,8 +51,8 @@ func TestRedisDownFailureModes(t *testing.T) {
 		if code != 200 || took > time.Second {
 			t.Fatalf("fail-open rule, Redis down: %d after %v", code, took)
 		}
-		code, took = status(srvClosed.URL)
-		if code != 429 || took > time.Second {
+		code, took = status(srvClosed.URL) // refused for the store, not a limit
+		if code != 503 || took > time.Second {
 			t.Fatalf("fail-closed rule, Redis down: %d after %v", code, took)
 		}
 	}

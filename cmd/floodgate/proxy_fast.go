@@ -666,6 +666,10 @@ func (p *fastProxy) observe(v *gate.Verdict) {
 		switch {
 		case o.Banned:
 			outcome = "banned"
+		case o.Decision.Degraded && o.Decision.Reason == floodgate.ReasonStoreUnavailable:
+			outcome = "store_unavailable" // refused, the store not asked
+		case o.Decision.Degraded:
+			outcome = "degraded" // a failure mode admitted it, or its local share refused it
 		case o.Over:
 			outcome = "over_limit"
 		case !o.Decision.Allowed:
@@ -686,8 +690,20 @@ func (p *fastProxy) observe(v *gate.Verdict) {
 }
 
 // setRateLimit writes the verdict's RateLimit fields over whatever the
-// response has under their names.
+// response has under their names. A verdict a failure mode made without
+// the store has no RateLimit (nobody counted what remains): the
+// upstream's, if it sent one, is dropped too, as a client would take it
+// for the proxy's.
 func (p *fastProxy) setRateLimit(h *fasthttp.ResponseHeader, v *gate.Verdict) {
+	if v.Degraded() {
+		h.Del(gate.HeaderRateLimit)
+		h.Del(gate.HeaderPolicy)
+		if p.legacy {
+			h.Del(gate.HeaderLimit)
+			h.Del(gate.HeaderRemaining)
+			h.Del(gate.HeaderReset)
+		}
+	}
 	gate.Headers(v, p.legacy, func(k string, vals []string) {
 		for i, val := range vals {
 			if i == 0 {
@@ -705,8 +721,9 @@ var (
 )
 
 // refuse writes the refusal httplimit would: the limit's status, its
-// fields, and a short body in JSON or text; or its redirect. skipped: the
-// request's body was left unread (headerReceived).
+// fields, and a short body in JSON or text; or its redirect; or, refused
+// because the store could not be asked, 503 (httplimit.Refusal). skipped:
+// the request's body was left unread (headerReceived).
 func (p *fastProxy) refuse(ctx *fasthttp.RequestCtx, v *gate.Verdict, skipped bool) {
 	// A body the client is still sending would be read as the next
 	// request: close the connection after the refusal instead.
@@ -721,7 +738,7 @@ func (p *fastProxy) refuse(ctx *fasthttp.RequestCtx, v *gate.Verdict, skipped bo
 		ctx.SetConnectionClose()
 		return
 	}
-	if o := v.Deciding; o != nil && o.Limit.Action == gate.Redirect {
+	if o := v.Deciding; o != nil && o.Limit.Action == gate.Redirect && !v.StoreUnavailable() {
 		p.redirect(ctx, o.Limit.Redirect, o.Limit.RedirectStatus)
 		return
 	}
