@@ -37,10 +37,13 @@ type coarse struct {
 // NowMicro returns the cached time in microseconds since the epoch.
 func (c *coarse) NowMicro() int64 {
 	if !c.used.Load() {
+		// The first read after an idle second: start the loop unless it
+		// runs, under c.mu, which the loop holds while it decides to stop.
+		// Checking running outside the lock raced that decision: a read
+		// between the loop's last look at used and its running=false
+		// left used set and no loop, and the clock frozen for good.
 		c.used.Store(true)
-		if !c.running.Load() {
-			c.start()
-		}
+		c.start()
 	}
 	return c.now.Load()
 }
