@@ -24,7 +24,13 @@ import (
 // A real grpc-go service (the health service) behind the interceptors.
 func start(t *testing.T, limits ...gate.Limit) healthpb.HealthClient {
 	t.Helper()
-	lim, err := grpclimit.New(grpclimit.Options{Config: gate.Config{Limits: limits}})
+	return serveOpts(t, grpclimit.Options{Config: gate.Config{Limits: limits}})
+}
+
+// serveOpts serves the health service behind interceptors made with opts.
+func serveOpts(t *testing.T, opts grpclimit.Options) healthpb.HealthClient {
+	t.Helper()
+	lim, err := grpclimit.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
