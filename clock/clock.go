@@ -39,24 +39,30 @@ func (c *coarse) NowMicro() int64 {
 	if !c.used.Load() {
 		// The first read after an idle second: start the loop unless it
 		// runs, under c.mu, which the loop holds while it decides to stop.
-		// Checking running outside the lock raced that decision: a read
-		// between the loop's last look at used and its running=false
-		// left used set and no loop, and the clock frozen for good.
-		c.used.Store(true)
+		// used is set there, after now is current: a reader that finds
+		// used set reads the time of a running loop. Setting it before
+		// start let a concurrent reader take the time the clock held
+		// before the start (0, the epoch, in a new process; the loop's
+		// last tick after an idle stop) and decide a key's first request
+		// at it: the key's next decision, at the real time, refilled what
+		// that one took (a bucket of 5 admitted 6).
 		c.start()
 	}
 	return c.now.Load()
 }
 
+// start refreshes the time and starts the loop unless it runs, then marks
+// the clock used (under c.mu, so that the loop cannot decide to stop in
+// between and leave it frozen).
 func (c *coarse) start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running.Load() {
-		return
+	if !c.running.Load() {
+		c.now.Store(time.Now().UnixMicro())
+		c.running.Store(true)
+		go c.loop()
 	}
-	c.now.Store(time.Now().UnixMicro())
-	c.running.Store(true)
-	go c.loop()
+	c.used.Store(true)
 }
 
 func (c *coarse) loop() {
