@@ -1006,15 +1006,21 @@ func (h *headerState) headers(dst []*corev3.HeaderValue, draft, legacy, over boo
 	if len(h.policies) > 0 {
 		policy += ", " + strings.Join(h.policies, ", ")
 	}
+	// A decision a failure mode made while the store could not answer
+	// counted nothing: no RateLimit (nor X-RateLimit-*) claims what
+	// remains, as the middleware's do not; the policy still applies.
+	counted := !d.Degraded
 	if draft {
 		var buf [96]byte
 		dst = appendHeader(dst, "RateLimit-Policy", policy)
-		dst = appendHeader(dst, "RateLimit", string(ratehdr.AppendLimit(buf[:0], h.name, d.Remaining, reset)))
+		if counted {
+			dst = appendHeader(dst, "RateLimit", string(ratehdr.AppendLimit(buf[:0], h.name, d.Remaining, reset)))
+		}
 		if over {
 			dst = appendHeader(dst, "Retry-After", strconv.FormatInt(max(secs, 1), 10))
 		}
 	}
-	if legacy {
+	if legacy && counted {
 		dst = appendHeader(dst, "X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		dst = appendHeader(dst, "X-RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
 		dst = appendHeader(dst, "X-RateLimit-Reset", strconv.FormatInt(secs, 10))
