@@ -22,7 +22,7 @@ import (
 // the caller's version, converting the key's state when versions
 // alternate. So two different live policies must not share a name: on the
 // memory store the newer one's limits would apply to both (a strict login
-// limit loosened by a lax one of its name).
+// limit loosened by a lax one of its name), which it logs as a warning.
 type Policy struct {
 	name    string
 	rules   []Rule

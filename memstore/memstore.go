@@ -69,7 +69,8 @@ type Options struct {
 	SnapshotInterval time.Duration
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
-	// Logger receives snapshot errors (default slog.Default()).
+	// Logger receives snapshot errors and a warning for a policy decided
+	// under another of its name (default slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -337,6 +338,13 @@ func (s *Store) bind(p *floodgate.Policy, now int64) *table {
 	case t.restored || p.Version() > t.policy.Load().Version():
 		t.migrate(p, now)
 		t.restored = false
+	case p != t.policy.Load() && !p.SameLayout(t.policy.Load()):
+		// An older version first used after a newer one: two different
+		// live policies of one name (floodgate.Policy), or a limiter still
+		// on the version before a change. Its callers are decided under
+		// the newer one; say so, once for each such policy.
+		s.opts.Logger.Warn("memstore: a policy is decided under a newer one of its name; two different live policies must not share a name",
+			"policy", p.Name(), "rules", p.Rules(), "deciding", t.policy.Load().Rules())
 	}
 	return t
 }
