@@ -2,7 +2,6 @@ package grpclimit_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"reflect"
 	"testing"
@@ -18,22 +17,10 @@ import (
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/grpclimit"
+	"github.com/floodgate/floodgate/internal/downstore"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 )
-
-// downStore is a store that cannot be reached: every call fails.
-type downStore struct{}
-
-var errDown = errors.New("store down")
-
-func (downStore) Do(context.Context, int64, floodgate.Op) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errDown
-}
-
-func (downStore) DoBatch(context.Context, int64, []floodgate.Op, []floodgate.Decision) error {
-	return errDown
-}
 
 // startWith is start with a whole configuration (and legacy fields).
 func startWith(t *testing.T, cfg gate.Config) healthpb.HealthClient {
@@ -88,7 +75,7 @@ func wantUnavailable(t *testing.T, err error, trailer metadata.MD, limit string)
 // with UNAVAILABLE, and no quota trailers.
 func TestStoreErrorFailClosedUnavailable(t *testing.T) {
 	p, _ := floodgate.NewPolicy("h", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute})
-	c := startWith(t, gate.Config{Store: downStore{}, FailClosed: true, Limits: []gate.Limit{{Name: "h", Policy: p, Key: []gate.Part{gate.Method()}}}})
+	c := startWith(t, gate.Config{Store: downstore.Store{}, FailClosed: true, Limits: []gate.Limit{{Name: "h", Policy: p, Key: []gate.Part{gate.Method()}}}})
 	for _, m := range []string{"check", "watch"} {
 		trailer, err := call(t, c, m)
 		wantUnavailable(t, err, trailer, "h")
@@ -99,7 +86,7 @@ func TestStoreErrorFailClosedUnavailable(t *testing.T) {
 // stated and no ratelimit claim.
 func TestStoreErrorFailOpenPolicyOnly(t *testing.T) {
 	p, _ := floodgate.NewPolicy("h", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute})
-	c := startWith(t, gate.Config{Store: downStore{}, Limits: []gate.Limit{{Name: "h", Policy: p, Key: []gate.Part{gate.Method()}}}})
+	c := startWith(t, gate.Config{Store: downstore.Store{}, Limits: []gate.Limit{{Name: "h", Policy: p, Key: []gate.Part{gate.Method()}}}})
 	for range 5 {
 		trailer, err := call(t, c, "check")
 		if want := (metadata.MD{"ratelimit-policy": {`"h";q=3;w=60`}}); err != nil || !reflect.DeepEqual(trailer, want) {

@@ -1,8 +1,6 @@
 package httplimit_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,22 +14,10 @@ import (
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/httplimit"
+	"github.com/floodgate/floodgate/internal/downstore"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 )
-
-// downStore is a store that cannot be reached: every call fails.
-type downStore struct{}
-
-var errDown = errors.New("store down")
-
-func (downStore) Do(context.Context, int64, floodgate.Op) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errDown
-}
-
-func (downStore) DoBatch(context.Context, int64, []floodgate.Op, []floodgate.Decision) error {
-	return errDown
-}
 
 // rateFields are the response fields that describe a quota.
 var rateFields = []string{"Ratelimit", "Ratelimit-Policy", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
@@ -114,7 +100,7 @@ func TestStoreErrorFailClosedIs503(t *testing.T) {
 	p := mustPolicy(t, "h", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute})
 	var unavailable, observed atomic.Int64
 	srv, served := serve(t, httplimit.Options{Legacy: true,
-		Config: gate.Config{Store: downStore{}, FailClosed: true, Clock: clock.NewManual(time.Unix(1_800_000_000, 0)), Logger: slog.New(slog.DiscardHandler),
+		Config: gate.Config{Store: downstore.Store{}, FailClosed: true, Clock: clock.NewManual(time.Unix(1_800_000_000, 0)), Logger: slog.New(slog.DiscardHandler),
 			Limits: []gate.Limit{
 				{Name: "status", Policy: p, Match: gate.Match{PathPrefix: "/status"}, Status: 420},
 				{Name: "redirect", Policy: p, Match: gate.Match{PathPrefix: "/redirect"}, Action: gate.Redirect, Redirect: "https://example.com/busy"},
@@ -142,7 +128,7 @@ func TestStoreErrorFailClosedIs503(t *testing.T) {
 func TestStoreErrorFailOpenStatesPolicy(t *testing.T) {
 	p := mustPolicy(t, "h", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 3, Period: time.Minute})
 	srv, served := serve(t, httplimit.Options{Legacy: true,
-		Config: gate.Config{Store: downStore{}, Clock: clock.NewManual(time.Unix(1_800_000_000, 0)), Logger: slog.New(slog.DiscardHandler),
+		Config: gate.Config{Store: downstore.Store{}, Clock: clock.NewManual(time.Unix(1_800_000_000, 0)), Logger: slog.New(slog.DiscardHandler),
 			Limits: []gate.Limit{{Name: "h", Policy: p, Key: []gate.Part{gate.IP()}}}},
 	})
 	for i := range 5 {
