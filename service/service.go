@@ -81,6 +81,7 @@ type Service struct {
 	mu        sync.Mutex
 	policies  map[string]*floodgate.Policy // by override signature
 	ownLimits map[string]struct{}          // the own limits' signatures seen (maxOwnLimits)
+	ownLimitL sync.Map                     // ownLimitKey → *rules.Limit: one per own limit, so its headers are computed once
 
 	policyHeaders     sync.Map // policyHeaderKey → *policyHeader
 	policyHeaderCount atomic.Int64
@@ -233,42 +234,40 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if it.match != nil {
 			it.limit = it.match.Limit
 			it.key = it.match.Key
+			it.blocked = it.limit.Blocked
+		}
+		// As envoyproxy/ratelimit: a descriptor's own limit applies in the
+		// domains the rules know, whatever the descriptor matches, and in
+		// place of the matched limit altogether (its GetLimit returns the
+		// own limit without looking at the rules): none of that limit's
+		// shadow_mode, quota_mode, replaces, metadata or share_threshold
+		// applies, and each value is counted on its own.
+		if d.Limit != nil && s.opts.AllowRequestLimits && cfg.Domain(req.Domain) != nil {
+			p, err := s.requestPolicy(d.Limit)
+			switch {
+			case errors.Is(err, errTooManyOwnLimits):
+				// the rules decide, as without --allow-request-limits
+				s.logOnce("a descriptor's own limit ignored", "err", err)
+			case err != nil:
+				return nil, badRequest("descriptors[%d].limit: %v", i, err)
+			default:
+				it.key = boundKey(entryKey(entries))
+				it.reqLimit = d.Limit
+				it.limit = s.ownLimit(p, d.Limit.RequestsPerUnit == 0)
+				it.blocked = it.limit.Blocked
+				if !it.blocked {
+					it.policy = p
+				} // else it blocks, as a rule's requests_per_unit: 0 does (p is a placeholder)
+				continue
+			}
+		}
+		if it.limit != nil {
 			for _, r := range it.limit.Replaces {
 				if replaced == nil {
 					replaced = map[string]bool{}
 				}
 				replaced[r] = true
 			}
-			it.blocked = it.limit.Blocked
-		}
-		// As envoyproxy/ratelimit: a descriptor's own limit applies in the
-		// domains the rules know, whatever the descriptor matches.
-		if d.Limit != nil && s.opts.AllowRequestLimits && cfg.Domain(req.Domain) != nil {
-			p, err := s.requestPolicy(d.Limit)
-			if errors.Is(err, errTooManyOwnLimits) {
-				// the rules decide, as without --allow-request-limits
-				s.logOnce("a descriptor's own limit ignored", "err", err)
-				it.key = boundKey(it.key)
-				continue
-			}
-			if err != nil {
-				return nil, badRequest("descriptors[%d].limit: %v", i, err)
-			}
-			if it.key == "" {
-				it.key = entryKey(entries)
-			}
-			it.reqLimit = d.Limit
-			if d.Limit.RequestsPerUnit == 0 {
-				// blocks, as a rule's requests_per_unit: 0 does (p is a placeholder)
-				it.limit = &rules.Limit{Name: p.Rules()[0].Name, Blocked: true, Policy: p, Window: p.Rules()[0].Period}
-				it.blocked = true
-				continue
-			}
-			if it.limit == nil {
-				it.limit = &rules.Limit{Name: p.Rules()[0].Name}
-			}
-			it.blocked = false
-			it.policy = p
 		}
 		it.key = boundKey(it.key)
 	}
@@ -401,7 +400,8 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			switch {
 			case !it.blockedOver():
 				// a check (hits_addend 0) or a refund: 0 hits do not exceed 0
-			case it.limit.QuotaMode:
+			case it.limit.QuotaMode && !it.limit.ShadowMode:
+				// (a shadow_mode limit is OK before quota mode sees it)
 				violations = append(violations, i)
 			case !s.shadow(it.limit):
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -433,8 +433,11 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.observeDecision(req.Domain, it.limit, s.shadow(it.limit), it.key, it.statKey(), d)
 		}
-		if over && it.limit.QuotaMode {
-			violations = append(violations, i) // admitted, and said in the metadata
+		if over && it.limit.QuotaMode && !it.limit.ShadowMode {
+			// admitted, and said in the metadata; a limit in shadow_mode
+			// too is OK before quota mode sees it, as in
+			// envoyproxy/ratelimit, whose limiter answers it OK
+			violations = append(violations, i)
 			over = false
 		}
 		if over && s.shadow(it.limit) {
@@ -757,6 +760,30 @@ func (s *Service) requestPolicy(l *rlcommon.RateLimitDescriptor_RateLimitOverrid
 	return s.cachedPolicy(sig, func() (*floodgate.Policy, error) {
 		return floodgate.NewPolicy(sig, floodgate.Rule{Name: fmt.Sprintf("%d/%s", rpu, w), Algorithm: floodgate.FixedWindow, Limit: int64(rpu), Period: w})
 	})
+}
+
+type ownLimitKey struct {
+	policy  string
+	blocked bool
+}
+
+// ownLimit returns the limit standing for a descriptor's own limit of
+// policy p (requestPolicy's), blocked for requests_per_unit 0: unnamed in
+// the file, in no shadow or quota mode, replacing nothing. One per policy
+// (at most maxOwnLimits of them), so that the headers' cache, keyed by
+// limit, holds one entry per own limit rather than one per request.
+func (s *Service) ownLimit(p *floodgate.Policy, blocked bool) *rules.Limit {
+	k := ownLimitKey{p.Name(), blocked}
+	if v, ok := s.ownLimitL.Load(k); ok {
+		return v.(*rules.Limit)
+	}
+	l := &rules.Limit{Name: p.Rules()[0].Name}
+	if blocked {
+		// the placeholder policy says the window to the headers
+		l.Blocked, l.Policy, l.Window = true, p, p.Rules()[0].Period
+	}
+	v, _ := s.ownLimitL.LoadOrStore(k, l)
+	return v.(*rules.Limit)
 }
 
 // overridePolicy builds (and caches) the policy of a per-key override: the
