@@ -97,6 +97,17 @@ func escapeStrings(dst, b []byte, md protoreflect.MessageDescriptor, depth int) 
 // escapeInvalid returns s with each byte of an invalid UTF-8 sequence
 // written as \xNN.
 func escapeInvalid(s []byte) []byte {
+	return escapeInvalidAs(s, `\x`)
+}
+
+// escapeInvalidJSON returns a JSON text with each byte of an invalid UTF-8
+// sequence written as \\xNN: inside a string, the \xNN escapeInvalid
+// writes (outside one, still a syntax error).
+func escapeInvalidJSON(s []byte) []byte {
+	return escapeInvalidAs(s, `\\x`)
+}
+
+func escapeInvalidAs(s []byte, prefix string) []byte {
 	if utf8.Valid(s) {
 		return s
 	}
@@ -105,7 +116,8 @@ func escapeInvalid(s []byte) []byte {
 	for len(s) > 0 {
 		r, size := utf8.DecodeRune(s)
 		if r == utf8.RuneError && size <= 1 {
-			out = append(out, '\\', 'x', hex[s[0]>>4], hex[s[0]&15])
+			out = append(out, prefix...)
+			out = append(out, hex[s[0]>>4], hex[s[0]&15])
 			s = s[1:]
 			continue
 		}

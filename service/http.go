@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -9,11 +10,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +34,12 @@ import (
 
 // maxBody caps request bodies of the HTTP APIs.
 const maxBody = 1 << 20
+
+// MaxConcurrentStreams bounds the calls in flight on one gRPC connection
+// (SETTINGS_MAX_CONCURRENT_STREAMS). Each call is decided in well under a
+// millisecond, or within --store-timeout: 1,024 at once on one connection
+// is far more than a proxy's connection carries.
+const MaxConcurrentStreams = 1024
 
 // GRPCOptions are the gRPC server options the service runs with: a fixed
 // pool of stream workers, whose stacks stay grown, where a goroutine per
@@ -50,8 +59,16 @@ const maxBody = 1 << 20
 // pings more often with GOAWAY too_many_pings, and Envoy's
 // connection_keepalive and grpc-go clients with keepalive set ping every
 // few seconds to tens of seconds on idle connections, as they should.
+//
+// A connection carries at most MaxConcurrentStreams calls at once
+// (grpc-go's default is unlimited): a stream that sent its headers and not
+// its message holds a goroutine until its client hangs up, and one
+// connection opening 100,000 such streams held 100,000 goroutines and a
+// gigabyte. Clients queue their calls beyond it (grpc-go) or open another
+// connection (Envoy), as HTTP/2 has them do.
 func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.ForceServerCodecV2(newLenientCodec()),
@@ -160,12 +177,18 @@ func (s *Service) HTTPHandler(m *Metrics, ready Readiness) http.Handler {
 func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		code := http.StatusBadRequest // cut short, or too slow
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			code = http.StatusRequestEntityTooLarge
-		}
-		httpError(w, code, "request body: %v", err)
+		bodyError(w, "request body", err)
 		return
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		httpError(w, http.StatusBadRequest, `request: the body is empty; want a RateLimitRequest as JSON: {"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`)
+		return
+	}
+	if !utf8.Valid(body) {
+		// A client's header copied byte for byte into a value: escaped
+		// as the gRPC codec escapes it (lenientCodec), so both APIs
+		// decide it, under the same key, rather than fail the request.
+		body = escapeInvalidJSON(body)
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
@@ -194,6 +217,16 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// bodyError answers a request whose body could not be read: 413 when it
+// is over maxBody, else 400 (cut short, or too slow).
+func bodyError(w http.ResponseWriter, what string, err error) {
+	code := http.StatusBadRequest
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		code = http.StatusRequestEntityTooLarge
+	}
+	httpError(w, code, "%s: %v", what, err)
 }
 
 func httpError(w http.ResponseWriter, code int, format string, args ...any) {
@@ -238,11 +271,68 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/keys/inspect", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpPeek) })
 	// Profiles of the running service (go tool pprof http://ADMIN/debug/pprof/profile).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return RequireToken(token, adminDeadline(mux))
+}
+
+// cmdline is pprof.Cmdline with the secrets of the command line left out:
+// the values of flags named for a token, password or secret, and a URL's
+// user information (a Redis password in --store). The admin token lets a
+// caller change limits, not read the store's credentials.
+func cmdline(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+}
+
+// redactArgs returns args with secrets replaced by "xxxxx" (see cmdline).
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	secretNext := false
+	for i, a := range args {
+		switch {
+		case secretNext:
+			a, secretNext = "xxxxx", false
+		case strings.HasPrefix(a, "-") && a != "-" && a != "--":
+			name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if secretFlag(name) {
+				if hasValue {
+					a = a[:strings.Index(a, "=")+1] + "xxxxx"
+				} else {
+					secretNext = true
+				}
+			}
+		}
+		out[i] = redactURLs(a)
+	}
+	return out
+}
+
+func secretFlag(name string) bool {
+	name = strings.ToLower(name)
+	return strings.Contains(name, "token") || strings.Contains(name, "password") || strings.Contains(name, "secret")
+}
+
+// redactURLs replaces the user information of each URL in s (several
+// hosts may be listed: redis-sentinel://u:p@h:1,h:2/m) with xxxxx.
+func redactURLs(s string) string {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return s
+	}
+	rest := s[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return s[:i+3] + redactURLs(rest)
+	}
+	return s[:i+3] + "xxxxx" + redactURLs(rest[at:])
 }
 
 // AdminTimeout bounds an admin call's work on the stores (the overrides
@@ -284,6 +374,7 @@ func RequireToken(token string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// the scheme's name is case-insensitive (RFC 9110, 11.1)
 		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got = strings.TrimLeft(got, " ") // 1*SP after the scheme (RFC 9110, 11.4)
 		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
@@ -348,7 +439,7 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := overrides.DecodeJSON(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		httpError(w, http.StatusBadRequest, "override: %v", err)
+		bodyError(w, "override", err)
 		return
 	}
 	// a key over MaxKeyBytes is stored as decisions look it up
@@ -480,13 +571,38 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&kr); err != nil {
-		httpError(w, http.StatusBadRequest, "body: %v", err)
+		bodyError(w, "body", err)
+		return
+	}
+	// anything after the object would be a second key, silently not reset
+	if _, err := dec.Token(); err != io.EOF {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			bodyError(w, "body", err)
+			return
+		}
+		httpError(w, http.StatusBadRequest, "body: more after the JSON object; one key a request")
 		return
 	}
 	cfg := s.rules.Load()
 	if cfg == nil || kr.Domain == "" || len(kr.Entries) == 0 {
 		httpError(w, http.StatusBadRequest, "want a domain and entries")
 		return
+	}
+	// the bounds ShouldRateLimit holds a descriptor to: one beyond them
+	// is a mistake in the call, not a key no limit applies to (404)
+	if len(kr.Entries) > MaxEntries {
+		httpError(w, http.StatusBadRequest, "%d entries; at most %d", len(kr.Entries), MaxEntries)
+		return
+	}
+	for i, e := range kr.Entries {
+		switch {
+		case e.Key == "":
+			httpError(w, http.StatusBadRequest, "entries[%d].key is empty", i)
+			return
+		case len(e.Key) > MaxEntryBytes:
+			httpError(w, http.StatusBadRequest, "entries[%d].key is longer than %d bytes", i, MaxEntryBytes)
+			return
+		}
 	}
 	m := cfg.Match(kr.Domain, kr.Entries)
 	if m == nil || m.Limit.Policy == nil {

@@ -225,8 +225,12 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		m.detailed.add(domain, l.Name, key, d.Allowed)
 	case l.ValueToMetric && statKey != "":
 		// the statistics key, with the request's values where the
-		// rules ask for them (envoyproxy/ratelimit's stat name)
-		m.detailed.add(domain, l.Name, statKey, d.Allowed)
+		// rules ask for them (envoyproxy/ratelimit's stat name), kept to
+		// MaxKeyBytes as store keys are: a value is as long as a client
+		// makes it, and the summary holds trackedValues of them per rule
+		// (megabyte values held hundreds of megabytes, and each scrape
+		// wrote them all out again)
+		m.detailed.add(domain, l.Name, boundKey(statKey), d.Allowed)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,10 +166,14 @@ func check(args []string, stdout, stderr io.Writer) int {
 		}
 		req.Descriptors = append(req.Descriptors, &desc)
 	}
-	if *hits == 0 {
+	if *hits == 0 || *hits > math.MaxUint32 {
+		// 0 checks without consuming: said on each descriptor, as the
+		// request's 0 means 1. Hits beyond the request's 32 bits go on
+		// each descriptor (64 bits) too: cut to 32, 2^32 hits were sent
+		// as 0, counted as 1.
 		req.HitsAddend = 0
 		for _, d := range req.Descriptors {
-			d.HitsAddend = wrapperspb.UInt64(0)
+			d.HitsAddend = wrapperspb.UInt64(uint64(*hits))
 		}
 	}
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
