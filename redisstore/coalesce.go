@@ -392,7 +392,7 @@ func (s *Store) callFunction(ctx context.Context, cc rueidis.CoreClient, fn stri
 		if err := s.loadLibrary(ctx); err != nil {
 			return rueidis.NewErrorResult(err)
 		}
-		r = cc.Do(ctx, build())
+		r = s.explainMissing(cc.Do(ctx, build()))
 	}
 	return r
 }

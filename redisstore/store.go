@@ -101,8 +101,12 @@ type Store struct {
 	co          *coalescer   // nil: every decision is a call of its own
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
 
-	libMu      sync.Mutex
-	libLoaded  atomic.Bool // the function library is loaded on every node
+	libMu     sync.Mutex
+	libLoaded atomic.Bool // the function library is loaded on every node
+	// loadDenied is FUNCTION LOAD's NOPERM when the store's user may not
+	// load the library (least-privilege ACL, library loaded by an admin):
+	// the store then calls what Redis has, and says why if it lacks it.
+	loadDenied atomic.Pointer[error]
 	scriptMode atomic.Bool // the server has no functions: EVALSHA instead
 
 	brk      breaker
@@ -757,7 +761,18 @@ func (s *Store) callOn(ctx context.Context, cc rueidis.CoreClient, key string, a
 		if err := s.loadLibrary(ctx); err != nil {
 			return rueidis.NewErrorResult(err)
 		}
-		r = cc.Do(ctx, s.fcall(key, args))
+		r = s.explainMissing(cc.Do(ctx, s.fcall(key, args)))
+	}
+	return r
+}
+
+// explainMissing returns r, or, when r says the library is missing after
+// the store tried to load it and its user may not (NOPERM), an error that
+// says so rather than Redis's bare "Function not found".
+func (s *Store) explainMissing(r rueidis.RedisResult) rueidis.RedisResult {
+	if denied := s.loadDenied.Load(); denied != nil && notLoaded(r.Error()) {
+		return rueidis.NewErrorResult(fmt.Errorf("redisstore: Redis lacks the function library %s (%w) and this user may not load it (%w): load it as an admin (FUNCTION LOAD) or grant the store's user +function|load",
+			LibraryName, r.Error(), *denied))
 	}
 	return r
 }
@@ -782,7 +797,7 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		return nil
 	}
 	lib := Library()
-	var firstErr error
+	var firstErr, readonly, denied error
 	loaded := 0
 	for addr, n := range s.client.Nodes() {
 		err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(lib).Build()).Error()
@@ -793,7 +808,18 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 				s.opts.Logger.Warn("redisstore: Redis has no functions (before 7.0); using EVALSHA")
 				return nil
 			case strings.Contains(e.Error(), "READONLY"):
-				continue // a replica: it gets the library from its master
+				// a replica: it gets the library from its master
+				if readonly == nil {
+					readonly = fmt.Errorf("redisstore: %s is a replica (%w): decisions write, so point the store at the master, or use redis-sentinel:// or redis-cluster:// to follow it", addr, err)
+				}
+				continue
+			case strings.HasPrefix(e.Error(), "NOPERM"):
+				// the store's user may not load code (a least-privilege
+				// ACL): use the library an admin loaded
+				if denied == nil {
+					denied = fmt.Errorf("FUNCTION LOAD on %s: %w", addr, err)
+				}
+				continue
 			}
 		}
 		if err != nil {
@@ -804,8 +830,18 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		}
 		loaded++
 	}
-	if loaded == 0 && firstErr != nil {
+	switch {
+	case loaded > 0:
+		s.loadDenied.Store(nil)
+	case firstErr != nil:
 		return firstErr
+	case denied != nil:
+		s.loadDenied.Store(&denied)
+	case readonly != nil:
+		// no master among the nodes: every decision would fail with
+		// READONLY, or with "Function not found" if the master never
+		// loaded the library
+		return readonly
 	}
 	s.libLoaded.Store(true)
 	return nil
@@ -849,7 +885,7 @@ func (s *Store) execMulti(ctx context.Context, execs []rueidis.LuaExec) []rueidi
 				again[j] = s.fcall(execs[i].Keys[0], execs[i].Args)
 			}
 			for j, r := range s.client.DoMulti(ctx, again...) {
-				res[retry[j]] = r
+				res[retry[j]] = s.explainMissing(r)
 			}
 		}
 	}
