@@ -13,3 +13,7 @@ func CoalescerState(s *Store) (inflight, queued int) {
 	defer s.co.mu.Unlock()
 	return s.co.inflight, len(s.co.queue)
 }
+
+// KeySlot is Redis Cluster's hash slot of a Redis key, as the store's
+// breakers compute it.
+func KeySlot(key string) int { return int(keySlot(key)) }

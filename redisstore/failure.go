@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,70 @@ func (b *breaker) isOpen() bool {
 	defer b.mu.Unlock()
 	return b.open
 }
+
+// A Cluster's keys are spread over clusterSlots hash slots, whose masters
+// fail on their own: the store keeps a breaker for each run of
+// clusterBreakerSlots slots (256 breakers), so a master that is down or
+// silent opens the breakers of its slots only. Masters own runs of slots,
+// usually a few long ones, so a breaker rarely covers two masters; where
+// one does, a failing master sends the other's keys of those 64 slots to
+// the failure modes too, never the rest of the cluster.
+const (
+	clusterSlots        = 16384
+	clusterBreakerSlots = 64
+)
+
+// breakerFor returns the breaker of the Redis key key: the store's only
+// one, or in a Cluster its slots'.
+func (s *Store) breakerFor(key string) *breaker {
+	if len(s.brks) == 1 {
+		return &s.brks[0]
+	}
+	return &s.brks[int(keySlot(key))/clusterBreakerSlots]
+}
+
+// breakerOpen reports whether a breaker is open: some keys (in a Cluster,
+// those of a master that is failing; else all) go to the failure modes.
+func (s *Store) breakerOpen() bool {
+	for i := range s.brks {
+		if b := &s.brks[i]; b.troubled.Load() && b.isOpen() {
+			return true
+		}
+	}
+	return false
+}
+
+// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of its hash
+// tag, the bytes between its first '{' and the next '}' when there are
+// some, else of the whole key, modulo 16384.
+func keySlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^key[k]]
+	}
+	return crc % clusterSlots
+}
+
+// crc16Table is CRC-16/XMODEM's table (polynomial 0x1021), Redis Cluster's.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()
 
 // fallback decides by the rules' failure modes: a rule that fails closed
 // denies; rules that fail to a local limit are enforced in process memory

@@ -35,7 +35,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 		return s.callFunction(sctx, s.client, MoveFunction, s.moveScript, keys, args)
 	}
 	var r rueidis.RedisResult
-	if s.brk.troubled.Load() {
+	if s.breakerFor(keys[0]).troubled.Load() {
 		r = within(sctx, call, rueidis.NewErrorResult)
 	} else {
 		r = call()

@@ -109,7 +109,11 @@ type Store struct {
 	loadDenied atomic.Pointer[error]
 	scriptMode atomic.Bool // the server has no functions: EVALSHA instead
 
-	brk      breaker
+	// brks: one breaker for a standalone Redis or a Sentinel's master;
+	// in a Cluster one per clusterBreakerSlots hash slots (breakerFor), so
+	// that a master that is down sends only its own keys to the failure
+	// modes, not every key of the cluster.
+	brks     []breaker
 	fallback *fallback
 
 	calls, errs, timeouts, degraded atomic.Int64
@@ -200,7 +204,14 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
 	}
 	s.scriptMode.Store(opts.NoFunctions)
-	s.brk.threshold, s.brk.cooldown = opts.BreakerThreshold, opts.BreakerCooldown
+	n := 1
+	if c.Mode() == rueidis.ClientModeCluster {
+		n = clusterSlots / clusterBreakerSlots
+	}
+	s.brks = make([]breaker, n)
+	for i := range s.brks {
+		s.brks[i].threshold, s.brks[i].cooldown = opts.BreakerThreshold, opts.BreakerCooldown
+	}
 	fb, err := newFallback()
 	if err != nil {
 		return nil, err
@@ -446,7 +457,7 @@ type Stats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
-		Degraded: s.degraded.Load(), Breaker: s.brk.isOpen()}
+		Degraded: s.degraded.Load(), Breaker: s.breakerOpen()}
 }
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
@@ -474,7 +485,9 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if op.Policy == nil {
 		return floodgate.Decision{}, errNoPolicy
 	}
-	if !s.brk.allow() {
+	key := s.Key(op.Policy.Name(), op.Key)
+	brk := s.breakerFor(key)
+	if !brk.allow() {
 		return s.degrade(ctx, now, &op, nil), nil
 	}
 	sctx, ok := s.storeContext(ctx)
@@ -485,7 +498,6 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		return s.degrade(ctx, now, &op, errNoTime), nil
 	}
 	s.calls.Add(1)
-	key := s.Key(op.Policy.Name(), op.Key)
 	var d floodgate.Decision
 	var err error
 	if s.co != nil {
@@ -499,7 +511,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	} else {
 		pa, args := s.scriptArgs(now, &op)
 		var r rueidis.RedisResult
-		if s.brk.troubled.Load() {
+		if brk.troubled.Load() {
 			r = within(sctx, func() rueidis.RedisResult { return s.call(sctx, key, args) }, rueidis.NewErrorResult)
 		} else {
 			r = s.call(sctx, key, args)
@@ -507,13 +519,13 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		d, err = s.decideReply(pa, r)
 	}
 	if err == nil {
-		s.brk.success()
+		brk.success()
 		return d, nil
 	}
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure
 		return floodgate.Decision{}, ctx.Err()
 	}
-	s.failed(err)
+	s.failed(brk, err)
 	return s.degrade(ctx, now, &op, err), nil
 }
 
@@ -562,7 +574,13 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[0] = d
 		return nil
 	}
-	if !s.brk.allow() {
+	if s.co == nil {
+		return s.doEach(ctx, now, ops, out)
+	}
+	// one Redis: one breaker, and the batch is one call (all or nothing
+	// for a group), so it goes to Redis or to the failure modes whole
+	brk := &s.brks[0]
+	if !brk.allow() {
 		for i := range ops {
 			out[i] = s.degrade(ctx, now, &ops[i], nil)
 		}
@@ -580,48 +598,23 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 	}
 	s.calls.Add(int64(len(ops)))
 	errs := make([]error, len(ops))
-	if s.co != nil {
-		w := getWaiter(len(ops))
-		for i := range ops {
-			pa, o := s.nums(now, &ops[i])
-			w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
-		}
-		if group != nil {
-			w.grp = slices.Clone(group) // the batch may outlive this call
-		}
-		if err := s.co.submit(ctx, sctx, w); err != nil {
-			// it left the queue at sctx's end (w belongs to the batch)
-			for i := range errs {
-				errs[i] = err
-			}
-		} else {
-			copy(out, w.dec)
-			copy(errs, w.errs)
-			putWaiter(w)
+	w := getWaiter(len(ops))
+	for i := range ops {
+		pa, o := s.nums(now, &ops[i])
+		w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
+	}
+	if group != nil {
+		w.grp = slices.Clone(group) // the batch may outlive this call
+	}
+	if err := s.co.submit(ctx, sctx, w); err != nil {
+		// it left the queue at sctx's end (w belongs to the batch)
+		for i := range errs {
+			errs[i] = err
 		}
 	} else {
-		pas := make([]*policyArgs, len(ops))
-		execs := make([]rueidis.LuaExec, len(ops))
-		for i := range ops {
-			var args []string
-			pas[i], args = s.scriptArgs(now, &ops[i])
-			execs[i] = rueidis.LuaExec{Keys: []string{s.Key(ops[i].Policy.Name(), ops[i].Key)}, Args: args}
-		}
-		var res []rueidis.RedisResult
-		if s.brk.troubled.Load() {
-			res = within(sctx, func() []rueidis.RedisResult { return s.execMulti(sctx, execs) }, func(err error) []rueidis.RedisResult {
-				res := make([]rueidis.RedisResult, len(execs))
-				for i := range res {
-					res[i] = rueidis.NewErrorResult(err)
-				}
-				return res
-			})
-		} else {
-			res = s.execMulti(sctx, execs)
-		}
-		for i, r := range res {
-			out[i], errs[i] = s.decideReply(pas[i], r)
-		}
+		copy(out, w.dec)
+		copy(errs, w.errs)
+		putWaiter(w)
 	}
 	var firstErr error
 	for i, err := range errs {
@@ -637,12 +630,93 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[i] = s.degrade(ctx, now, &ops[i], err)
 	}
 	if firstErr != nil {
-		s.failed(firstErr)
+		s.failed(brk, firstErr)
 	} else {
-		s.brk.success()
+		brk.success()
 	}
 	return nil
 }
+
+// doEach is doBatch without coalescing (a Cluster, or Options.NoCoalescing):
+// each key is a call of its own (in a Cluster, to the master of its slot),
+// all of them in one pipelined round trip, and each asks and feeds the
+// breaker of its slots, so that keys on a master that is down or silent go
+// to the failure modes and the others to Redis.
+func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) error {
+	keys := make([]string, len(ops))
+	brks := make([]*breaker, len(ops))
+	ask := make([]int, 0, len(ops)) // the ops whose breaker lets them ask Redis
+	troubled := false
+	for i := range ops {
+		keys[i] = s.Key(ops[i].Policy.Name(), ops[i].Key)
+		brks[i] = s.breakerFor(keys[i])
+		if brks[i].allow() {
+			ask = append(ask, i)
+			troubled = troubled || brks[i].troubled.Load()
+		}
+	}
+	var sctx context.Context
+	if len(ask) > 0 {
+		var ok bool
+		if sctx, ok = s.storeContext(ctx); !ok {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			for i := range ops {
+				out[i] = s.degrade(ctx, now, &ops[i], errNoTime)
+			}
+			return nil
+		}
+	}
+	errs := make([]error, len(ops))
+	for i := range ops {
+		errs[i] = errBreakerOpen
+	}
+	if len(ask) > 0 {
+		s.calls.Add(int64(len(ask)))
+		pas := make([]*policyArgs, len(ask))
+		execs := make([]rueidis.LuaExec, len(ask))
+		for j, i := range ask {
+			var args []string
+			pas[j], args = s.scriptArgs(now, &ops[i])
+			execs[j] = rueidis.LuaExec{Keys: []string{keys[i]}, Args: args}
+		}
+		var res []rueidis.RedisResult
+		if troubled {
+			res = within(sctx, func() []rueidis.RedisResult { return s.execMulti(sctx, execs) }, func(err error) []rueidis.RedisResult {
+				res := make([]rueidis.RedisResult, len(execs))
+				for i := range res {
+					res[i] = rueidis.NewErrorResult(err)
+				}
+				return res
+			})
+		} else {
+			res = s.execMulti(sctx, execs)
+		}
+		for j, r := range res {
+			i := ask[j]
+			out[i], errs[i] = s.decideReply(pas[j], r)
+		}
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			brks[i].success()
+			continue
+		case err == errBreakerOpen:
+			out[i] = s.degrade(ctx, now, &ops[i], nil)
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		s.failed(brks[i], err)
+		out[i] = s.degrade(ctx, now, &ops[i], err)
+	}
+	return nil
+}
+
+// errBreakerOpen marks, in doEach, an op its breaker kept from Redis.
+var errBreakerOpen = errors.New("redisstore: breaker open")
 
 // within returns f's result, or, if ctx ends first, failed(ctx's error),
 // leaving f to finish in its goroutine. rueidis bounds a command by its
@@ -896,17 +970,17 @@ var scriptSHA = sync.OnceValue(func() string { return sha1hex(Script()) })
 
 func (s *Store) sha() string { return scriptSHA() }
 
-// failed counts and logs a failed call and feeds the breaker.
-func (s *Store) failed(err error) {
+// failed counts and logs a failed call and feeds its breaker.
+func (s *Store) failed(brk *breaker, err error) {
 	s.errs.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.timeouts.Add(1)
 	}
-	s.brk.failure()
+	brk.failure()
 	now := time.Now().Unix()
 	if last := s.lastLog.Load(); now != last && s.lastLog.CompareAndSwap(last, now) {
 		s.opts.Logger.Error("redisstore: call failed; rules' failure modes decide", "err", err,
-			"errors", s.errs.Load(), "breaker_open", s.brk.isOpen())
+			"errors", s.errs.Load(), "breaker_open", brk.isOpen())
 	}
 }
 
