@@ -16,6 +16,8 @@ const (
 	ReasonStoreUnavailable               // the store could not answer and a rule fails closed
 )
 
+// String returns the reason's name: "none", "limited", "cost_too_large" or
+// "store_unavailable".
 func (r Reason) String() string {
 	switch r {
 	case ReasonNone:
@@ -83,6 +85,8 @@ const (
 
 var opNames = [...]string{"allow", "peek", "reserve", "charge", "refund", "reset"}
 
+// String returns the operation's name: "allow", "peek", "reserve",
+// "charge", "refund" or "reset".
 func (k OpKind) String() string {
 	if int(k) < len(opNames) {
 		return opNames[k]
@@ -92,10 +96,10 @@ func (k OpKind) String() string {
 
 // An Op is one operation on one key under one policy.
 type Op struct {
-	Policy   *Policy
-	Key      string
-	Kind     OpKind
-	Cost     int64
+	Policy   *Policy       // the rules that decide, and the name the key's state is kept under
+	Key      string        // the key (user, address, API key)
+	Kind     OpKind        // what is asked
+	Cost     int64         // how many requests the operation counts as (OpPeek: would count as)
 	MaxDelay time.Duration // OpReserve: the longest acceptable Delay
 	Spare    uint64        // bit i: rule i's elastic signal reports spare capacity
 }
@@ -107,7 +111,10 @@ type Op struct {
 //
 // now is the caller's time in microseconds since the epoch.
 type Store interface {
+	// Do applies op to its key at now and returns the decision.
 	Do(ctx context.Context, now int64, op Op) (Decision, error)
+	// DoBatch applies ops[i] at now and writes its decision to out[i],
+	// in one call (one round trip for a remote store).
 	DoBatch(ctx context.Context, now int64, ops []Op, out []Decision) error
 }
 

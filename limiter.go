@@ -1,3 +1,43 @@
+// Package floodgate is an exact rate limiter: it caps how many requests a
+// key (a user, an IP address, an API key) may make in a time window, by any
+// of the classic algorithms, in process memory or in Redis for one limit
+// shared by a fleet.
+//
+// Start with a Policy, one or more Rules applied together (all or nothing),
+// and a Limiter that applies it to keys kept in a Store:
+//
+//	policy := floodgate.MustPolicy("api",
+//		floodgate.Rule{Name: "minute", Algorithm: floodgate.SlidingWindow, Limit: 10, Period: time.Minute},
+//		floodgate.Rule{Name: "hour", Algorithm: floodgate.SlidingWindow, Limit: 500, Period: time.Hour},
+//	)
+//	limiter := floodgate.NewLimiter(policy, memstore.MustNew(memstore.Options{}))
+//	d, err := limiter.Allow(ctx, "user:241531")
+//	if err == nil && !d.Allowed {
+//		// refuse: d.RetryAfterSeconds() for Retry-After, d.Rule names the rule
+//	}
+//
+// Limiter.Allow answers one request with a Decision: Allowed, and what to
+// tell the client (Limit, Remaining, ResetAfter, RetryAfter, the deciding
+// Rule). The other operations: AllowN (a request of cost n; 0 peeks), PeekN,
+// Wait and Reserve (wait for capacity), Charge and Refund (count after the
+// fact), Reset, SetLimit and SetPolicy (change a live limit, keeping what
+// each key consumed), and AllowBatch and AllowAll (several keys in one store
+// call; AllowAll all or nothing across them).
+//
+// Stores: package memstore keeps state in this process; package redisstore
+// keeps it in Redis (standalone, Sentinel or Cluster), so that every
+// instance enforces one limit, with a failure mode per rule
+// (Rule.OnStoreFailure) for when Redis cannot answer. Both implement Store;
+// package storetest is the suite a new store must pass.
+//
+// To limit HTTP or gRPC requests rather than call a Limiter yourself, use
+// package httplimit (net/http middleware) or grpclimit (grpc-go
+// interceptors), both configured with package gate. The floodgate command
+// (cmd/floodgate) runs the same engine as Envoy's rate limit service
+// (floodgate serve) and as a rate-limiting reverse proxy (floodgate proxy).
+//
+// docs/ALGORITHMS.md in the repository defines each algorithm's decisions,
+// and docs/ARCHITECTURE.md how the packages fit together.
 package floodgate
 
 import (
@@ -15,7 +55,10 @@ import (
 // and a sleep measured on the same clock. Package clock has a coarse system
 // clock (the default), a precise one, and a manual one for tests.
 type Clock interface {
+	// NowMicro returns the time in microseconds since the Unix epoch.
 	NowMicro() int64
+	// Sleep waits for d on this clock, or returns ctx's error if ctx ends
+	// first.
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
@@ -78,10 +121,11 @@ func (l *Limiter) Store() Store { return l.store }
 
 // ParamError reports a bad argument to a Limiter call, naming it.
 type ParamError struct {
-	Field string
-	Msg   string
+	Field string // the argument: "cost", "out", "items[i].Limiter"
+	Msg   string // what is wrong with it
 }
 
+// Error returns "floodgate: FIELD: MSG".
 func (e *ParamError) Error() string { return "floodgate: " + e.Field + ": " + e.Msg }
 
 func (l *Limiter) do(ctx context.Context, key string, kind OpKind, cost int64, maxDelay time.Duration) (Decision, error) {
@@ -290,7 +334,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 
 // An Item is one key of a batch.
 type Item struct {
-	Limiter *Limiter
+	Limiter *Limiter // the key's limiter; every item's must share one store
 	Key     string
 	Cost    int64 // 0 peeks
 }

@@ -100,9 +100,9 @@ type Rule struct {
 	// by name when a policy changes, so keep it stable. Defaults to
 	// "LIMIT/PERIOD", e.g. "10/1m0s".
 	Name      string
-	Algorithm Algorithm // default TokenBucket
-	Limit     int64     // requests per Period; must be positive
-	Period    time.Duration
+	Algorithm Algorithm     // default TokenBucket
+	Limit     int64         // requests per Period; must be positive
+	Period    time.Duration // the window, or the time a bucket takes to refill Limit
 	// Burst is the bucket's capacity, the most admitted at once; defaults to
 	// Limit. Window algorithms have no burst apart from the limit.
 	Burst int64
@@ -112,8 +112,8 @@ type Rule struct {
 	// Calendar aligns a FixedWindow to calendar days, weeks or months in
 	// Location (UTC if nil); Period is then ignored.
 	Calendar  Calendar
-	Location  *time.Location
-	WeekStart time.Weekday // first day of a calendar week; the zero value is Sunday
+	Location  *time.Location // the calendar's time zone (UTC if nil)
+	WeekStart time.Weekday   // first day of a calendar week; the zero value is Sunday
 	// CountRejected makes a SlidingLog record denied requests too, as the
 	// classic Redis sorted-set limiter does, so a client that keeps trying
 	// stays locked out.
@@ -124,7 +124,7 @@ type Rule struct {
 	// FailClosed denies, FailLocal limits in process memory at LocalPercent
 	// of the limit (say, 100/instances), the "safe mode".
 	OnStoreFailure FailureMode
-	LocalPercent   int64
+	LocalPercent   int64 // FailLocal (and only then): the share of Limit each process admits, 1 to 100 percent
 
 	Mode           Mode        // default Hard
 	SoftPercent    int64       // Soft: how far beyond the limit, in percent
@@ -136,9 +136,10 @@ type Rule struct {
 type RuleError struct {
 	Rule  string // the rule's name, or its position as "rules[i]"; empty for the policy as a whole
 	Field string // the field, as named in configuration files
-	Msg   string
+	Msg   string // what is wrong
 }
 
+// Error returns the rule, the field and the message.
 func (e *RuleError) Error() string {
 	if e.Rule == "" { // the policy's, not one rule's
 		return fmt.Sprintf("floodgate: policy: %s: %s", e.Field, e.Msg)

@@ -648,8 +648,13 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 
 // Outcome is one limit's part of a verdict.
 type Outcome struct {
-	Limit    *Limit
-	Key      string
+	Limit *Limit // the limit that applied
+	Key   string // the key: the parts' values joined by '|'
+	// Decision is the store's (or a failure mode's) answer. It is the zero
+	// Decision, Allowed false, when nothing was decided: a rules-file limit
+	// whose entries match no limit of its domain (an exempt value
+	// included), or an unlimited one.
+	// Read Over, not Decision.Allowed, for whether the limit refused.
 	Decision floodgate.Decision
 	// Banned: the key is banned (or was just banned by this request).
 	Banned bool

@@ -127,6 +127,8 @@ type FieldError struct {
 	Msg         string
 }
 
+// Error returns `override "DOMAIN"/"KEY": FIELD: MSG` (the key cut to 64
+// bytes), or `override: FIELD: MSG` when neither is known.
 func (e *FieldError) Error() string {
 	if e.Domain == "" && e.Key == "" {
 		return fmt.Sprintf("override: %s: %s", e.Field, e.Msg)

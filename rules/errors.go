@@ -21,6 +21,8 @@ type Error struct {
 	Msg   string
 }
 
+// Error returns "file:line: field: message", leaving out the line and
+// the field when there are none.
 func (e *Error) Error() string {
 	s := e.File
 	if e.Line > 0 {
