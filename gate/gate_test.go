@@ -2,6 +2,8 @@ package gate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -214,6 +216,12 @@ func TestKeyParts(t *testing.T) {
 	b := check(g, httpReq("192.0.2.1:1", "/", "X-K", string(long))).Outcomes[0].Key
 	if len(a) > MaxValue || a == b {
 		t.Errorf("capped keys: len %d, equal %v", len(a), a == b)
+	}
+	// and every process (a fleet on one Redis, a restart) keys it alike:
+	// the hash was seeded afresh in each process
+	sum := sha256.Sum256(long)
+	if want := string(long[:MaxValue-17]) + "~" + hex.EncodeToString(sum[:8]); b != want {
+		t.Errorf("capped key %q, want %q (its start and 16 hex digits of its SHA-256)", b, want)
 	}
 }
 

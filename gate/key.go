@@ -2,12 +2,12 @@ package gate
 
 import (
 	"context"
-	"hash/maphash"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"net/netip"
 	"net/textproto"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
@@ -181,18 +181,24 @@ type RawHTTP struct {
 // while one key cannot be made arbitrarily large.
 const MaxValue = 256
 
-var valueSeed = maphash.MakeSeed()
-
 // appendValue appends a bounded value, escaping the separator '|' and the
 // escape '%'.
 func appendValue(dst []byte, v string) []byte {
 	if len(v) > MaxValue {
-		h := maphash.String(valueSeed, v)
 		dst = appendEscaped(dst, v[:MaxValue-17])
-		dst = append(dst, '~')
-		return strconv.AppendUint(dst, h, 16)
+		return appendValueHash(append(dst, '~'), v)
 	}
 	return appendEscaped(dst, v)
+}
+
+// appendValueHash appends the hash that stands for a long value's end: 16
+// hex digits of its SHA-256, the same in every process, so that the
+// instances of a fleet (and one restarted) count a long value under one
+// key on a shared store, and a client cannot make its value's key
+// another's.
+func appendValueHash(dst []byte, v string) []byte {
+	sum := sha256.Sum256([]byte(v))
+	return hex.AppendEncode(dst, sum[:8])
 }
 
 func appendEscaped(dst []byte, v string) []byte {
@@ -211,7 +217,7 @@ func appendEscaped(dst []byte, v string) []byte {
 // descriptor entries).
 func boundedValue(v string) string {
 	if len(v) > MaxValue {
-		return v[:MaxValue-17] + "~" + strconv.FormatUint(maphash.String(valueSeed, v), 16)
+		return string(appendValueHash([]byte(v[:MaxValue-17]+"~"), v))
 	}
 	return v
 }
