@@ -672,6 +672,14 @@ type Outcome struct {
 	thrOp  int // index of the threshold's charge, or -1
 }
 
+// Decided reports whether the limit decided the request: false when
+// nothing was (a rules-file limit whose entries match no limit of its
+// domain, an exempt value included, or an unlimited one), and Decision is
+// then the zero Decision.
+func (o *Outcome) Decided() bool {
+	return o.op >= 0 || o.ruleLm != nil || o.Banned
+}
+
 // shadow reports whether the outcome's limit never refuses: a Shadow
 // action, or a rule in shadow mode.
 func (o *Outcome) shadow() bool {
@@ -957,7 +965,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 				o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
 			}
 		}
-		if o.op < 0 && o.ruleLm == nil && !o.Banned {
+		if !o.Decided() {
 			continue
 		}
 		if o.Decision.Excess {
@@ -1145,7 +1153,7 @@ func deciding(os []Outcome) *Outcome {
 	var best *Outcome
 	for i := range os {
 		o := &os[i]
-		if o.op < 0 && o.ruleLm == nil && !o.Banned {
+		if !o.Decided() {
 			continue
 		}
 		switch {

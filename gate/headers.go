@@ -117,7 +117,7 @@ func policyFields(v *Verdict, o *Outcome, set func(key string, vals []string)) {
 	var items []string
 	for i := range v.Outcomes {
 		x := &v.Outcomes[i]
-		if x.op < 0 && x.ruleLm == nil && !x.Banned {
+		if !x.Decided() {
 			continue
 		}
 		items = append(items, x.policyItems()...)

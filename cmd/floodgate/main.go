@@ -1,10 +1,10 @@
 // Command floodgate is the Floodgate rate limiter's command line.
 //
-//	floodgate serve [flags]      the rate-limit service (Envoy's API over gRPC, HTTP/JSON, admin)
-//	floodgate validate DIR       check rule files without starting
-//	floodgate check [flags]      ask a running server about a descriptor
-//	floodgate bench [flags]      drive ShouldRateLimit and report throughput and latency
-//	floodgate version            print the version
+//	floodgate serve [flags]         the rate-limit service (Envoy's API over gRPC, HTTP/JSON, admin)
+//	floodgate validate DIR|FILE...  check rule files without starting
+//	floodgate check [flags]         ask a running server about a descriptor
+//	floodgate bench [flags]         drive ShouldRateLimit and report throughput and latency
+//	floodgate version               print the version
 package main
 
 import (
@@ -70,7 +70,7 @@ func usage(w io.Writer) {
 commands:
   serve      run the rate-limit service (floodgate serve -h for its flags)
   proxy      a rate-limiting reverse proxy: floodgate proxy --upstream URL (floodgate proxy -h)
-  validate   check rule files: floodgate validate DIR
+  validate   check rule files: floodgate validate DIR|FILE...
   check      ask a running server: floodgate check --domain D --descriptor key=value
   bench      load-test a server's ShouldRateLimit (floodgate bench -h)
   version    print the version and exit

@@ -157,7 +157,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_requests_total",
 			Help: "Requests through the proxy by outcome (passed, refused, delayed, error)."}, []string{"outcome"}),
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_limit_decisions_total",
-			Help: "Decisions per http route (domain/route) and outcome (ok, over_limit, shadow_over_limit, banned; store_unavailable: refused, the store not asked; degraded: decided by a failure mode without the store)."}, []string{"limit", "outcome"}),
+			Help: "Decisions per http route (domain/route) and outcome (ok, over_limit, shadow_over_limit, banned; not_limited: an exempt value or an unlimited limit; store_unavailable: refused, the store not asked; degraded: decided by a failure mode without the store)."}, []string{"limit", "outcome"}),
 		upstream: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_errors_total",
 			Help: "Requests the upstream failed: it could not be reached or broke off (502), or sent no response header within --upstream-timeout (504)."}),
 		upstreamTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_timeouts_total",

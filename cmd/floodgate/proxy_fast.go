@@ -672,6 +672,8 @@ func (p *fastProxy) observe(v *gate.Verdict) {
 			outcome = "degraded" // a failure mode admitted it, or its local share refused it
 		case o.Over:
 			outcome = "over_limit"
+		case !o.Decided():
+			outcome = "not_limited" // an exempt value, or an unlimited limit
 		case !o.Decision.Allowed:
 			outcome = "shadow_over_limit"
 		}

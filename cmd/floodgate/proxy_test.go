@@ -423,3 +423,35 @@ func rawRequest(t *testing.T, addr, req string) (net.Conn, *bufio.Reader, *http.
 	resp, err := http.ReadResponse(br, nil)
 	return conn, br, resp, err
 }
+
+// A limit that decides nothing (the example rules' per-address limit
+// exempts loopback) is counted as not_limited: it was counted as
+// shadow_over_limit, as though a shadow limit would have refused every
+// request from loopback.
+func TestProxyMetricsExemptIsNotShadowOver(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	p := startBinary(t, []string{"proxy", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+		"--data", t.TempDir(), "--log-format", "json"}, "proxy", "admin")
+	for range 3 {
+		if code, _, _ := proxyGet(t, "http://"+p.addrs["proxy"]+"/"); code != 200 {
+			t.Fatalf("loopback request: %d", code)
+		}
+	}
+	_, _, metrics := proxyGet(t, "http://"+p.addrs["admin"]+"/metrics")
+	if strings.Contains(metrics, `outcome="shadow_over_limit"`) ||
+		!strings.Contains(metrics, `floodgate_proxy_limit_decisions_total{limit="example/per-ip",outcome="not_limited"} 3`) {
+		t.Fatalf("metrics:\n%s", grepLines(metrics, "limit_decisions"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
