@@ -45,7 +45,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	c.registerMaxMemory(fs)
 	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address, HOST:PORT (port 0: any free port) or unix:PATH [FLOODGATE_GRPC_ADDR]")
 	fs.StringVar(&c.httpAddr, "http-addr", envString("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address, HOST:PORT or unix:PATH: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
-	fs.StringVar(&c.tlsCert, "tls-cert", envString("TLS_CERT", ""), "TLS certificate for the gRPC and HTTP listeners [FLOODGATE_TLS_CERT]")
+	fs.StringVar(&c.tlsCert, "tls-cert", envString("TLS_CERT", ""), "TLS certificate for the gRPC, HTTP and admin listeners [FLOODGATE_TLS_CERT]")
 	fs.StringVar(&c.tlsKey, "tls-key", envString("TLS_KEY", ""), "TLS key [FLOODGATE_TLS_KEY]")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", envString("TLS_CLIENT_CA", ""), "require client certificates signed by this CA [FLOODGATE_TLS_CLIENT_CA]")
 	fs.BoolVar(&c.allowRequestLimits, "allow-request-limits", envBool("ALLOW_REQUEST_LIMITS"), "honour a descriptor's own limit field (lets callers choose their limit) [FLOODGATE_ALLOW_REQUEST_LIMITS]")
@@ -222,10 +222,17 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	// waited for by SIGTERM's drain (the cutter ends its read).
 	to := httpTimeouts
 	var cutter bodyCutter
-	hs := &http.Server{Handler: cutter.wrap(svc.HTTPHandler(metrics, ready)), TLSConfig: tlsConf,
+	hs := &http.Server{Handler: cutter.wrap(svc.HTTPHandler(metrics, ready)), TLSConfig: tlsConf.Clone(),
 		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
-	as := &http.Server{Handler: cutter.wrap(svc.AdminHandler(c.adminToken)),
+	// The admin listener speaks TLS too when there is a certificate: beyond
+	// loopback its bearer token would otherwise cross the network in the
+	// clear.
+	// (each server its own copy of the config: each sets its NextProtos)
+	as := &http.Server{Handler: cutter.wrap(svc.AdminHandler(c.adminToken)), TLSConfig: tlsConf.Clone(),
 		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
+	if tlsConf == nil && !isLoopback(c.adminAddr) {
+		log.Warn("the admin API listens beyond loopback without TLS: its bearer token crosses the network in the clear; set --tls-cert and --tls-key", "addr", al.Addr().String())
+	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
@@ -245,7 +252,12 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		}
 		return hs.Serve(hl)
 	})
-	run(func() error { return as.Serve(al) })
+	run(func() error {
+		if tlsConf != nil {
+			return as.ServeTLS(al, "", "")
+		}
+		return as.Serve(al)
+	})
 
 	c.serveUntilStopped(ctx, log, loader, errc, "floodgate serving")
 

@@ -128,6 +128,22 @@ func TestServeMutualTLS(t *testing.T) {
 	if err := get(noCert); err == nil {
 		t.Fatal("HTTPS without a client certificate was answered")
 	}
+	// The admin listener too: its bearer token is not sent in the clear.
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: good}, Timeout: 10 * time.Second}
+	resp, err := c.Get("https://" + s.addrs["admin"] + "/v1/rules")
+	if err != nil {
+		t.Fatalf("admin over HTTPS: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("admin over HTTPS: %d", resp.StatusCode)
+	}
+	if resp, err := http.Get("http://" + s.addrs["admin"] + "/v1/rules"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("admin answered plain HTTP with TLS configured")
+		}
+	}
 }
 
 func TestCheckCommand(t *testing.T) {
