@@ -1,6 +1,7 @@
 // Command floodgate is the Floodgate rate limiter's command line.
 //
 //	floodgate serve [flags]         the rate-limit service (Envoy's API over gRPC, HTTP/JSON, admin)
+//	floodgate proxy [flags]         a rate-limiting reverse proxy in front of an HTTP service
 //	floodgate validate DIR|FILE...  check rule files without starting
 //	floodgate check [flags]         ask a running server about a descriptor
 //	floodgate bench [flags]         drive ShouldRateLimit and report throughput and latency
