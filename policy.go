@@ -212,6 +212,25 @@ func (p *Policy) Consumption(state []int64, now int64) int64 {
 	return algo.Consumption(p.params, state[:p.width], now)
 }
 
+// ValidState reports whether state is one p's rules can be decided on:
+// every rule's indexes within its ring, counts and levels not negative nor
+// absurdly large, times within the next two thousand years. Every state
+// the engine writes is valid; a store reading states from outside (a
+// snapshot file) checks them, since an invalid one, from a damaged file,
+// could index out of range.
+func (p *Policy) ValidState(state []int64) bool {
+	if len(state) < p.width {
+		return false
+	}
+	for i := range p.params {
+		q := &p.params[i]
+		if !algo.Valid(q, state[q.Off:q.Off+q.Width]) {
+			return false
+		}
+	}
+	return true
+}
+
 // Migrate converts a key's state from policy from (another version of p)
 // to p, rule by rule matched by name, keeping what each rule consumed in
 // requests, clamped to the new capacity. Rules new to p start fresh.

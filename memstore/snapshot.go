@@ -336,6 +336,9 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			for j := range state {
 				state[j] = int64(le.Uint64(wb[8*(j+1):]))
 			}
+			if !p.ValidState(state) {
+				return fmt.Errorf("table %d (policy %q): key %d: a state no rule of the policy could have written (the file is damaged)", ti, h.Policy, i)
+			}
 			if p.Consumption(state, now) == 0 {
 				continue
 			}

@@ -430,3 +430,47 @@ func (p *Params) subSet(s []int64, k, v int64) {
 	w := &s[2+k/per]
 	*w = int64(uint64(*w)&^mask | uint64(v)<<sh)
 }
+
+// Bounds of a sane state word (Valid): times are microseconds since the
+// epoch, below 2^56 (the year 4253), and no count or level of a real state
+// comes near 2^53.
+const (
+	maxStateTime  = 1 << 56
+	maxStateCount = 1 << 53
+)
+
+// Valid reports whether s is a state the rule's math can work on: indexes
+// within its ring, counts and levels not negative nor absurdly large,
+// times within maxStateTime. Every state this package writes is valid; a
+// state read from outside (a snapshot file, damaged on disk) may not be,
+// and an invalid one would index out of its ring or overflow.
+func Valid(p *Params, s []int64) bool {
+	if len(s) != p.Width {
+		return false
+	}
+	time := func(t int64) bool { return t >= 0 && t < maxStateTime }
+	count := func(n int64) bool { return n >= 0 && n < maxStateCount }
+	switch p.Kind {
+	case TokenBucket, LeakyMeter, GCRA, LeakyShaper, TokenBucketInterval:
+		return count(s[0]) && time(s[1])
+	case FixedWindow:
+		return time(s[0]) && count(s[1])
+	case SlidingLog:
+		n, head, ring := s[0], s[1], s[2:]
+		if len(ring) == 0 || n < 0 || n > int64(len(ring)) || head < 0 || head >= int64(len(ring)) {
+			return false
+		}
+		for i := range n {
+			if !time(ring[(head+i)%int64(len(ring))]) {
+				return false
+			}
+		}
+		return true
+	case SlidingCounter:
+		return time(s[0]) && s[1] >= 0 && uint32(s[1]) < 1<<31
+	case SlidingSubwindow:
+		// (the total may exceed the counters' sum: they saturate)
+		return s[0] >= 0 && s[0] < maxStateTime/p.Gran && count(s[1])
+	}
+	return false
+}

@@ -155,6 +155,11 @@ func (h *harness) apply(now int64, key int, op Op, cost int64, maxDelay time.Dur
 		h.t.Logf("    %v key=%d t=%d cost=%d: %v state=%v", op, key, now, cost, want, h.states[key])
 	}
 	h.check("Policy.Apply", want, got)
+	if !h.pol.ValidState(h.states[key]) {
+		// a snapshot holding it could not be restored (memstore refuses
+		// a state ValidState rejects as a damaged file)
+		h.fail("state %v after %v is not ValidState", h.states[key], op)
+	}
 	return want
 }
 
