@@ -64,12 +64,12 @@ type Clock interface {
 
 // An Event is one decision, as an Observer sees it.
 type Event struct {
-	Policy   *Policy
-	Key      string
-	Op       OpKind
-	Cost     int64
-	Decision Decision
-	Err      error // the store's error, if the decision could not be made
+	Policy   *Policy  // the limiter's policy
+	Key      string   // the key decided
+	Op       OpKind   // what was asked: allow, peek, reserve, charge, refund or reset
+	Cost     int64    // the requests (units) asked for
+	Decision Decision // the decision returned
+	Err      error    // the store's error, if the decision could not be made
 }
 
 // An Observer sees every decision a Limiter makes, for metrics and logs. It
@@ -335,8 +335,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 // An Item is one key of a batch.
 type Item struct {
 	Limiter *Limiter // the key's limiter; every item's must share one store
-	Key     string
-	Cost    int64 // 0 peeks
+	Key     string   // the key, decided under Limiter's policy
+	Cost    int64    // 0 peeks
 }
 
 // AllowBatch decides several keys (per IP and per user, say) in one store

@@ -62,9 +62,9 @@ type Calendar string
 
 // Calendar units.
 const (
-	CalendarDay   Calendar = "day"
-	CalendarWeek  Calendar = "week"
-	CalendarMonth Calendar = "month"
+	CalendarDay   Calendar = "day"   // from midnight to midnight
+	CalendarWeek  Calendar = "week"  // from midnight of Rule.WeekStart for 7 days
+	CalendarMonth Calendar = "month" // from midnight of the month's first day
 )
 
 // Mode is a rule's throttling mode.

@@ -76,9 +76,9 @@ func ParseAction(s string) (Action, error) {
 // than Threshold requests within one Interval (fixed windows) is banned
 // until the end of that interval plus Duration.
 type BanRule struct {
-	Threshold int64
-	Interval  time.Duration
-	Duration  time.Duration
+	Threshold int64         // requests a key may send in one Interval, at least 1; the next one bans it
+	Interval  time.Duration // the fixed window the requests are counted in, at least 1s
+	Duration  time.Duration // how long a ban lasts after the end of its Interval, at least 1s
 }
 
 // Match selects the requests a limit applies to; every condition given
@@ -106,6 +106,8 @@ type Limit struct {
 	// (Config.Rules), matched by the key's descriptor entries; with
 	// Config.Remote, the remote service's rules decide.
 	Policy *floodgate.Policy
+	// Domain, instead of Policy, names a domain of Config.Rules: the
+	// limit's policy is that of the descriptor its key's entries match.
 	Domain string
 	// Match selects the requests the limit applies to.
 	Match Match
@@ -119,10 +121,9 @@ type Limit struct {
 	Status int
 	// MaxDelay bounds a Delay action's wait.
 	MaxDelay time.Duration
-	// Redirect is a Redirect action's target URL, and RedirectStatus its
-	// status (default 302).
+	// Redirect is a Redirect action's target URL.
 	Redirect       string
-	RedirectStatus int
+	RedirectStatus int // a Redirect action's status: 301, 302 (the default), 303, 307 or 308
 	// Ban is a Ban action's threshold.
 	Ban BanRule
 	// ExemptKeys are keys (the parts' values joined by '|') never limited.
@@ -155,6 +156,8 @@ type Limit struct {
 // descriptors (floodgate serve takes 64), and the service's all or
 // nothing holds within each call.
 type Config struct {
+	// Limits are the limits the gate enforces, in order; their Names are
+	// unique.
 	Limits []Limit
 	// Store keeps the limits' state (default: a new in-memory store).
 	Store floodgate.Store

@@ -12,12 +12,12 @@ import (
 
 // The response fields, in canonical form.
 const (
-	HeaderPolicy     = "Ratelimit-Policy"
-	HeaderRateLimit  = "Ratelimit"
-	HeaderRetryAfter = "Retry-After"
-	HeaderLimit      = "X-Ratelimit-Limit"
-	HeaderRemaining  = "X-Ratelimit-Remaining"
-	HeaderReset      = "X-Ratelimit-Reset"
+	HeaderPolicy     = "Ratelimit-Policy"      // each applied limit's quota and window
+	HeaderRateLimit  = "Ratelimit"             // the deciding limit's remaining requests and reset
+	HeaderRetryAfter = "Retry-After"           // seconds until a refused request may succeed
+	HeaderLimit      = "X-Ratelimit-Limit"     // legacy (httplimit's Options.Legacy): the deciding limit's quota
+	HeaderRemaining  = "X-Ratelimit-Remaining" // legacy: its remaining requests
+	HeaderReset      = "X-Ratelimit-Reset"     // legacy: seconds until it resets
 	// HeaderWarning marks a request let past a soft limit.
 	HeaderWarning = "Floodgate-Warning"
 )

@@ -56,6 +56,7 @@ const (
 // (per IP and path, say), and each part is one descriptor entry when the
 // gate asks a remote service.
 type Part struct {
+	// Kind is what the part is taken from (PartIP, PartHeader, ...).
 	Kind PartKind
 	// Name is the header, cookie or query parameter (or metadata key),
 	// or the value of a PartConst.
@@ -158,7 +159,7 @@ type Request struct {
 	Raw *RawHTTP
 	// FullMethod and MD describe a gRPC call ("/pkg.Service/Method").
 	FullMethod string
-	MD         metadata.MD
+	MD         metadata.MD // a gRPC call's incoming metadata
 	// Peer is the connection's remote address.
 	Peer string
 	// Ctx is the request's context (HTTP: HTTP.Context()).
@@ -170,6 +171,9 @@ type Request struct {
 
 // RawHTTP is an HTTP request as a server other than net/http sees it.
 type RawHTTP struct {
+	// Method, Host, Path and RawQuery are the request's method, its host
+	// (a port allowed), its path, decoded and cleaned (the gate takes it
+	// as it is), and its query without the '?', still escaped.
 	Method, Host, Path, RawQuery string
 	// Header returns every value of a header, named in canonical form
 	// ("X-Api-Key"), or nil.

@@ -16,6 +16,7 @@ import (
 // RateLimitClient is the client side of Envoy's rate limit service, as
 // generated in go-control-plane (rlsv3.NewRateLimitServiceClient).
 type RateLimitClient interface {
+	// ShouldRateLimit asks the service to decide a request's descriptors.
 	ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error)
 }
 
@@ -25,6 +26,8 @@ type RateLimitClient interface {
 // entries; the service's rules decide, and the RateLimit headers it
 // returns are passed on. Ban and Delay actions need the local engine.
 type Remote struct {
+	// Client calls the service (rlsv3.NewRateLimitServiceClient on a
+	// gRPC connection).
 	Client RateLimitClient
 	// Domain is the request's domain.
 	Domain string

@@ -66,7 +66,7 @@ type Options struct {
 	// SnapshotPath, when set, is a file the store restores from in New and
 	// writes every SnapshotInterval (default 1 minute) and on Close.
 	SnapshotPath     string
-	SnapshotInterval time.Duration
+	SnapshotInterval time.Duration // how often the snapshot is written (default 1 minute)
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
 	// Logger receives snapshot errors and a warning for a policy decided

@@ -95,7 +95,7 @@ type CacheStats struct {
 	NegativeHits  uint64 // Gets answered with a cached absence
 	Misses        uint64 // Gets that asked the store (or joined a Get that did)
 	Loads         uint64 // store Gets made for misses
-	LoadErrors    uint64
+	LoadErrors    uint64 // store Gets that failed
 	Evictions     uint64 // entries dropped for room
 	Expirations   uint64 // entries found expired
 	Invalidations uint64 // entries dropped by changes (here or, watched, elsewhere)

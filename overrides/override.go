@@ -15,9 +15,9 @@ import (
 
 // Size limits of an override's strings, in bytes.
 const (
-	MaxDomainLen = 255
-	MaxKeyLen    = 4096
-	MaxNoteLen   = 1024
+	MaxDomainLen = 255  // Override.Domain
+	MaxKeyLen    = 4096 // Override.Key
+	MaxNoteLen   = 1024 // Override.Note
 	// MaxLimit caps Limit and Burst: the largest requests_per_unit a rule
 	// file and Envoy's API can say (32 bits).
 	MaxLimit = 1<<32 - 1
@@ -27,6 +27,7 @@ const (
 
 // An Override replaces the limit for one key of one domain.
 type Override struct {
+	// Domain is the rules domain the override applies in.
 	Domain string `json:"domain"`
 	// Key is the descriptor's store key as the service builds it, e.g.
 	// "user=241531"; opaque to this package (any bytes but empty).
@@ -39,7 +40,7 @@ type Override struct {
 	Burst int64 `json:"burst,omitempty"`
 	// Algorithm, when set, replaces the matched rule's algorithm.
 	Algorithm floodgate.Algorithm `json:"algorithm,omitempty"`
-	Note      string              `json:"note,omitempty"`
+	Note      string              `json:"note,omitempty"` // free text for people: why, who, until when
 	// Updated is when the override was last written. Put and PutMany stamp
 	// it with the current time when it is zero, and keep it otherwise (so a
 	// restored backup keeps its times). Stores keep it to the nanosecond,
@@ -122,9 +123,10 @@ func (o *Override) fromJSON(j *overrideJSON) error {
 
 // A FieldError reports an invalid override, naming the field as in JSON.
 type FieldError struct {
+	// Domain and Key are the override's, as given.
 	Domain, Key string
 	Field       string // "domain", "key", "limit", "period", "burst", "algorithm", "note"
-	Msg         string
+	Msg         string // what is wrong with the field
 }
 
 // Error returns `override "DOMAIN"/"KEY": FIELD: MSG` (the key cut to 64
@@ -251,6 +253,7 @@ type Store interface {
 	// page starts after the last key returned; a page shorter than the
 	// limit is the last.
 	List(ctx context.Context, domain, after string, limit int) ([]Override, error)
+	// Close releases what the store holds (a Bolt file, say).
 	Close() error
 }
 

@@ -32,9 +32,9 @@ var luaFiles embed.FS
 // packed into 52 bytes, or an error for that decision alone).
 // The "1" is the layout version of the keys.
 const (
-	LibraryName   = "floodgate_v1"
-	Function      = "floodgate_v1_apply"
-	BatchFunction = "floodgate_v1_batch_groups"
+	LibraryName   = "floodgate_v1"              // the function library (FUNCTION LOAD)
+	Function      = "floodgate_v1_apply"        // decides one key
+	BatchFunction = "floodgate_v1_batch_groups" // decides a batch, with its all-or-nothing groups
 	// MoveFunction carries a key's state from one policy to another
 	// (Store.Move; 95_move.lua).
 	MoveFunction = "floodgate_v1_move"

@@ -65,10 +65,11 @@ type Options struct {
 	// clock at least as fast).
 	ClientTime bool
 	// BreakerThreshold is how many failures in a row open the breaker
-	// (default 3); BreakerCooldown is how long it stays open before one call
-	// probes Redis again (default 500ms).
+	// (default 3).
 	BreakerThreshold int
-	BreakerCooldown  time.Duration
+	// BreakerCooldown is how long the breaker stays open before one call
+	// probes Redis again (default 500ms).
+	BreakerCooldown time.Duration
 	// Logger receives store errors, at most one line a second (default
 	// slog.Default()).
 	Logger *slog.Logger
@@ -79,8 +80,8 @@ type Options struct {
 	// the client then spend their time on decisions rather than on calls.
 	// A lone caller still goes at once; see coalesce.go.
 	NoCoalescing bool
-	MaxBatch     int
-	Batches      int
+	MaxBatch     int // the most decisions sent in one call (default 64)
+	Batches      int // the most calls in flight (default 2)
 	// NoFunctions runs the decision code as a script (EVALSHA) instead of a
 	// function library (FCALL), as the store does by itself on servers
 	// before Redis 7. Scripts are slower: their helpers are compiled on

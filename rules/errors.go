@@ -15,10 +15,10 @@ import (
 // Parse returns every Error it finds, joined with errors.Join; use
 // errors.As on the joined error's Unwrap() []error to reach each one.
 type Error struct {
-	File  string
+	File  string // the file, as given to Parse or found by LoadDir
 	Line  int    // 1-based; 0 when the problem has no line (a file too large, say)
 	Field string // the field's path, e.g. "descriptors[0].rate_limit.unit"; "" for the file as a whole
-	Msg   string
+	Msg   string // what is wrong
 }
 
 // Error returns "file:line: field: message", leaving out the line and

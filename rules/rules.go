@@ -13,8 +13,8 @@ import (
 // An Entry is one entry of a request descriptor: ("remote_address",
 // "10.0.0.1"), say.
 type Entry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
+	Key   string `json:"key"`   // the entry's key: "remote_address"
+	Value string `json:"value"` // its value: "10.0.0.1"
 }
 
 // A Config is the rules of every domain. It is immutable once built and
@@ -28,12 +28,13 @@ type Config struct {
 // immutable once parsed, so one Domain may serve in several Configs (a
 // reload that keeps a file's previous version, say).
 type Domain struct {
+	// Name is the file's domain, as Envoy sends it.
 	Name string
 	// AllOrNothing (the extension all_or_nothing: true) asks the service to
 	// admit all descriptors of a request together: when one is over its
 	// limit, nothing is consumed from the others either.
 	AllOrNothing bool
-	File         string
+	File         string // the file's name, as given to Parse
 
 	root   *level
 	order  []*node  // top-level descriptors in file order (for JSON)
@@ -44,6 +45,7 @@ type Domain struct {
 
 // A Match is the limit that applies to one request descriptor.
 type Match struct {
+	// Limit is the matched descriptor node's limit.
 	Limit *Limit
 	// Key is the store key of this descriptor under Limit.Policy: the
 	// matched entries as the request gave them, escaped and joined as
@@ -70,13 +72,13 @@ type Limit struct {
 	// '.' or '_'), those limits are named by their policy's name instead,
 	// so derived names are unique.
 	Name      string
-	NameGiven bool
+	NameGiven bool // Name is rate_limit.name, which replaces can refer to
 	// Policy holds every rule of the descriptor, applied all or nothing;
 	// nil when Unlimited. Its name is derived from the domain and the
 	// descriptor path alone, so it is stable across reloads (state is kept)
 	// and unique per path.
 	Policy    *floodgate.Policy
-	Unlimited bool
+	Unlimited bool // unlimited: true: matched, but never limited
 	// Blocked is requests_per_unit: 0, which envoyproxy/ratelimit answers
 	// OVER_LIMIT every time (its "black list" example). The service must
 	// deny without asking the store; Policy then holds a placeholder of
@@ -84,10 +86,12 @@ type Limit struct {
 	Blocked        bool
 	ShadowMode     bool // over-limit decisions are reported as OK (counted, never blocking)
 	QuotaMode      bool // over-limit decisions are admitted and reported in the response metadata
-	DetailedMetric bool
+	DetailedMetric bool // detailed_metric: statistics per request value
 	ValueToMetric  bool // some node on the path has value_to_metric
 	ShareThreshold bool // some node on the path has share_threshold
-	Replaces       []string
+	// Replaces names the limits (by their rate_limit.name) this one drops
+	// when both apply to one request.
+	Replaces []string
 	// Unit is "second", "minute", "hour", "day", "week", "month" or "year"
 	// when the first rule's window is exactly one such unit (a week being 7
 	// days, a month 30 and a year 365, as envoyproxy/ratelimit counts them);
@@ -98,13 +102,19 @@ type Limit struct {
 	// the largest unit that divides the window ("" and 0 for calendar and
 	// sub-second windows). For a one-unit window they are Unit and 1.
 	MultipliedUnit  string
-	UnitMultiplier  uint32
+	UnitMultiplier  uint32        // the window in MultipliedUnits (0 for calendar and sub-second windows)
 	RequestsPerUnit uint32        // the first rule's limit; 0 when Blocked
 	Window          time.Duration // the first rule's window (nominal for calendar windows: 24h, 7×24h, 30×24h)
-	Metadata        map[string]any
-	Line            int
-	File            string
-	Domain          string
+	// Metadata is the descriptor's metadata mapping as plain Go values
+	// (maps, lists, strings, numbers, booleans, nil), sent back in the
+	// response's dynamic_metadata; nil when it has none.
+	Metadata map[string]any
+	// Line is the line of the limit's rate_limit (or rate_limits) in File.
+	Line int
+	// File is the rules file, as given to Parse.
+	File string
+	// Domain is the name of the limit's domain.
+	Domain string
 
 	path  []*node // the descriptor path, root first
 	stat  string  // the constant part of the stat key

@@ -29,6 +29,8 @@ const (
 
 // Metrics are the service's Prometheus metrics.
 type Metrics struct {
+	// Registry holds the metrics and the Go and process collectors: serve
+	// it with promhttp.HandlerFor; Register adds collectors to it.
 	Registry  *prometheus.Registry
 	decisions *prometheus.CounterVec // domain, rule, outcome
 	detailed  *topValues

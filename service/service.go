@@ -49,12 +49,12 @@ const (
 
 // Options configure a Service.
 type Options struct {
-	Store floodgate.Store
+	Store floodgate.Store // keeps the limits' state (required)
 	Clock floodgate.Clock // default clock.Coarse
 	// Overrides holds per-key overrides (may be nil). A lookup gives up
 	// after OverrideTimeout (default 50ms) and the rule decides.
 	Overrides       overrides.Store
-	OverrideTimeout time.Duration
+	OverrideTimeout time.Duration // bounds an override lookup (default 50ms)
 	// ShadowMode puts every limit in shadow mode, as shadow_mode: true on
 	// each would (envoyproxy/ratelimit's SHADOW_MODE): decisions are made,
 	// counted and reported in metrics, and no request is refused.
@@ -69,7 +69,9 @@ type Options struct {
 	// to the clients).
 	NoRateLimitHeaders bool
 	Metrics            *Metrics // may be nil
-	Logger             *slog.Logger
+	// Logger receives warnings, such as failed override lookups (default
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
