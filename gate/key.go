@@ -151,7 +151,9 @@ func UserFrom(ctx context.Context) (string, bool) {
 }
 
 // A Request is what the gate sees of one request: an HTTP request, or a
-// gRPC call's method, metadata and peer.
+// gRPC call's method, metadata and peer. The gate keeps what it derives
+// from it (the client address, once found), so a Request is for one
+// request: make a new one (or set it to the zero Request) for the next.
 type Request struct {
 	// HTTP is the request, for net/http.
 	HTTP *http.Request
