@@ -2,12 +2,10 @@ package service_test
 
 import (
 	"bytes"
-	"net"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -33,19 +31,7 @@ func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 // request, and Envoy lets a request whose call failed through every limit.
 func TestInvalidUTF8ValueIsLimited(t *testing.T) {
 	e := newEnv(t, service.Options{}, diffRules)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(service.GRPCOptions()...)
-	e.svc.RegisterGRPC(g)
-	go g.Serve(lis) //nolint:errcheck // ends with Stop
-	defer g.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialGRPC(t, e.serveGRPC(t))
 
 	// a valid request, then its value's bytes swapped for invalid ones
 	wire := func(value string) []byte {

@@ -10,7 +10,6 @@ package service_test
 import (
 	"context"
 	"math"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -18,9 +17,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/service"
@@ -36,19 +33,7 @@ type oracleEnv struct {
 func newOracleEnv(t *testing.T, opts service.Options, files ...string) *oracleEnv {
 	t.Helper()
 	e := newEnv(t, opts, files...)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(service.GRPCOptions()...)
-	e.svc.RegisterGRPC(g)
-	go g.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := dialGRPC(t, e.serveGRPC(t))
 	return &oracleEnv{env: e, client: rlsv3.NewRateLimitServiceClient(conn)}
 }
 

@@ -16,7 +16,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/service"
 )
@@ -63,16 +62,7 @@ func TestValueToMetricLabelIsBounded(t *testing.T) {
 // 100,000 goroutines and 1.1 GB, on `floodgate serve`).
 func TestGRPCStreamsPerConnectionAreBounded(t *testing.T) {
 	e := newEnv(t, service.Options{}, diffRules)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(service.GRPCOptions()...)
-	e.svc.RegisterGRPC(g)
-	go g.Serve(lis) //nolint:errcheck // ends with Stop
-	defer g.Stop()
-
-	c, err := net.Dial("tcp", lis.Addr().String())
+	c, err := net.Dial("tcp", e.serveGRPC(t))
 	if err != nil {
 		t.Fatal(err)
 	}

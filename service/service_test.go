@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate"
@@ -113,6 +116,33 @@ func newEnv(t *testing.T, opts service.Options, files ...string) *env {
 	}
 	opts.Clock = clk
 	return &env{svc: service.New(cfg, opts), clk: clk, ovr: opts.Overrides}
+}
+
+// serveGRPC serves e's service over gRPC (service.GRPCOptions) on a free
+// loopback port until the test ends, and returns its address.
+func (e *env) serveGRPC(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(service.GRPCOptions()...)
+	e.svc.RegisterGRPC(g)
+	go g.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// dialGRPC returns a plaintext client connection to addr, closed when the
+// test ends.
+func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 func d(kv ...string) *rlcommon.RateLimitDescriptor {
