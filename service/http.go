@@ -191,7 +191,18 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		body = escapeInvalidJSON(body)
 	}
 	var req rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
+	err = protojson.Unmarshal(body, &req)
+	if err != nil {
+		// A string with a lone UTF-16 surrogate escape ("\ud800", which
+		// JavaScript's JSON.stringify writes for a broken string):
+		// protojson refuses it; read it as encoding/json does, and as a
+		// gRPC client's UTF-8 encoder sends it, with U+FFFD in its place.
+		if fixed, ok := replaceLoneSurrogates(body); ok {
+			req.Reset()
+			err = protojson.Unmarshal(fixed, &req)
+		}
+	}
+	if err != nil {
 		httpError(w, http.StatusBadRequest, "request: %v", err)
 		return
 	}
@@ -217,6 +228,53 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// replaceLoneSurrogates returns the JSON text b with each \uXXXX escape of
+// a UTF-16 surrogate that is not half of a pair written \ufffd, and
+// whether it changed anything. Only escapes inside strings are read; b's
+// other bytes are kept as they are.
+func replaceLoneSurrogates(b []byte) ([]byte, bool) {
+	hexAt := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	var out []byte
+	changed, inString := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && i+1 < len(b) && b[i+1] != 'u':
+			out = append(out, c) // a two-byte escape: keep both
+			i++
+			c = b[i]
+		case c == '\\':
+			r, ok := hexAt(i)
+			if !ok || r < 0xD800 || r > 0xDFFF {
+				break
+			}
+			if r < 0xDC00 { // a high surrogate: keep it and its low half
+				if lo, ok := hexAt(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					out = append(out, b[i:i+12]...)
+					i += 11
+					continue
+				}
+			}
+			out = append(out, `\ufffd`...)
+			i += 5
+			changed = true
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, changed
 }
 
 // bodyError answers a request whose body could not be read: 413 when it
