@@ -144,7 +144,7 @@ func (e *RuleError) Error() string {
 	if e.Rule == "" { // the policy's, not one rule's
 		return fmt.Sprintf("floodgate: policy: %s: %s", e.Field, e.Msg)
 	}
-	return fmt.Sprintf("rule %s: %s: %s", e.Rule, e.Field, e.Msg)
+	return fmt.Sprintf("floodgate: rule %s: %s: %s", e.Rule, e.Field, e.Msg)
 }
 
 // ErrCostTooLarge is returned by Wait when the cost exceeds what a rule can

@@ -98,3 +98,15 @@ func TestNegativeCostIsRejected(t *testing.T) {
 		t.Errorf("Charge(-2): %v", err)
 	}
 }
+
+// Errors name the package, a policy's and a rule's alike.
+func TestRuleErrorNamesThePackage(t *testing.T) {
+	_, err := floodgate.NewPolicy("p", floodgate.Rule{Name: "r", Limit: -1, Period: time.Second})
+	if err == nil || !strings.HasPrefix(err.Error(), "floodgate: rule r: limit: ") {
+		t.Errorf("a rule's error: %v", err)
+	}
+	_, err = floodgate.NewPolicy("p")
+	if err == nil || !strings.HasPrefix(err.Error(), "floodgate: policy: ") {
+		t.Errorf("a policy's error: %v", err)
+	}
+}
