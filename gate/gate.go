@@ -85,7 +85,8 @@ type BanRule struct {
 // must hold, and an empty Match selects every request.
 type Match struct {
 	// Hosts: exact names (case-insensitive, port ignored) or
-	// "*.example.com" for any subdomain.
+	// "*.example.com" for any subdomain; an IPv6 address in brackets
+	// ("[2001:db8::1]"), matched in any of its spellings.
 	Hosts []string
 	// PathPrefix: the path starts with it.
 	PathPrefix string
@@ -384,7 +385,7 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 		l.parts = append(l.parts, cp)
 	}
 	for _, h := range l.Match.Hosts {
-		l.hosts = append(l.hosts, strings.ToLower(h))
+		l.hosts = append(l.hosts, matchHost(h))
 	}
 	if p := l.Match.Path; p != "" {
 		if p[0] != '/' {
@@ -621,7 +622,7 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 		case r.HTTP.Pattern != "":
 			s = r.HTTP.Pattern
 		default:
-			s = r.HTTP.URL.Path
+			s = r.path() // cleaned, as Path: "//x" and "/./x" are no routes of their own
 		}
 	case PartMethod:
 		if s = r.method(); s == "" {

@@ -305,7 +305,7 @@ func hostOnly(h string) string {
 	}
 	if h[0] == '[' {
 		if i := strings.IndexByte(h, ']'); i > 0 {
-			return h[1:i]
+			return canonIPv6(h[1:i])
 		}
 		return h
 	}
@@ -314,6 +314,31 @@ func hostOnly(h string) string {
 	}
 	// a fully qualified name's root dot: "api.example.com." is the same host
 	return strings.TrimSuffix(h, ".")
+}
+
+// canonIPv6 returns an IPv6 literal (a bracketed host's inside) in its
+// canonical form, so that "[0:0:0:0:0:0:0:1]" and "[::1]" are one host
+// to a limit's Match.Hosts and to the Host part, as they are to the
+// servers behind it; anything else comes back as it is.
+func canonIPv6(s string) string {
+	if a, err := netip.ParseAddr(s); err == nil && a.Is6() {
+		if c := a.String(); c != s {
+			return c
+		}
+	}
+	return s
+}
+
+// matchHost is a Match.Hosts entry as hosts are compared: lower case, and
+// an IPv6 address without its brackets and in canonical form, as hostOnly
+// gives a request's ("[2001:db8::1]", as rules files write it, matches
+// the Host "[2001:DB8:0::1]:8080").
+func matchHost(h string) string {
+	h = strings.ToLower(h)
+	if len(h) > 2 && h[0] == '[' && h[len(h)-1] == ']' {
+		return canonIPv6(h[1 : len(h)-1])
+	}
+	return h
 }
 
 // compiledPart is a Part with its names precomputed.

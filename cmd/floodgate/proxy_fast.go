@@ -497,12 +497,37 @@ func (p *fastProxy) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	v := pend.v
+	ambiguous := ambiguousFraming(&ctx.Request.Header)
 	if v.Allowed {
 		p.forward(ctx, pc, v)
 	} else {
 		p.refuse(ctx, v, pend.skipped)
 	}
+	if ambiguous {
+		ctx.SetConnectionClose() // after forward, whose upstream response replaced ours
+	}
 	verdicts.Put(v)
+}
+
+// ambiguousFraming reports whether a chunked request also had a
+// Content-Length, or came as HTTP/1.0: fasthttp reads the chunked body
+// (and sends only that on), but a server in front of the proxy may have
+// framed it by its Content-Length, and what it took for the next request
+// is then part of this one's body. RFC 9112 (6.1, 6.3) wants the
+// connection closed after the answer, so nothing is read past a framing
+// two servers may disagree on.
+func ambiguousFraming(h *fasthttp.RequestHeader) bool {
+	if h.ContentLength() != -1 {
+		return false
+	}
+	if !h.IsHTTP11() {
+		return true
+	}
+	found := false
+	h.VisitAllInOrder(func(key, _ []byte) {
+		found = found || eqFold(key, "Content-Length")
+	})
+	return found
 }
 
 // decide runs the gate on a request's header (waiting out a delay
@@ -815,38 +840,48 @@ var hopHeaders = [][]byte{
 // headerLike is what removing hop-by-hop headers needs of a request or
 // response header.
 type headerLike interface {
-	PeekAll(key string) [][]byte
+	VisitAll(f func(key, value []byte))
 	DelBytes(key []byte)
 }
 
-// removeHop removes the hop-by-hop headers, and those Connection names.
+// removeHop removes the hop-by-hop headers, and every header a Connection
+// line names, however many. Each Connection line is visited:
+// PeekAll("Connection") gives fasthttp's "close" alone when one line says
+// close, hiding the others ("Connection: X-Secret" then "Connection:
+// close" passed X-Secret on). A request's lines are read as received
+// (VisitAllInOrder): its VisitAll would parse the Cookie header into
+// fasthttp's cookies, and send them on re-serialized.
 func removeHop(h headerLike) {
-	if conn := h.PeekAll("Connection"); len(conn) > 0 {
-		// Copy the names out: deleting headers moves the values.
-		var names [8][]byte
-		var store [256]byte
-		buf, n := store[:0], 0
-		for _, line := range conn {
-			for len(line) > 0 && n < len(names) {
-				var tok []byte
-				if i := indexByte(line, ','); i >= 0 {
-					tok, line = line[:i], line[i+1:]
-				} else {
-					tok, line = line, nil
-				}
-				tok = trimSpace(tok)
-				if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
-					continue
-				}
-				start := len(buf)
-				buf = append(buf, tok...)
-				names[n] = buf[start:len(buf):len(buf)]
-				n++
+	visit := h.VisitAll
+	if rh, ok := h.(*fasthttp.RequestHeader); ok {
+		visit = rh.VisitAllInOrder
+	}
+	// Copy the names out: deleting headers moves the values.
+	var store [256]byte
+	var names [][]byte
+	buf := store[:0]
+	visit(func(key, line []byte) {
+		if !eqFold(key, "Connection") {
+			return
+		}
+		for len(line) > 0 {
+			var tok []byte
+			if i := indexByte(line, ','); i >= 0 {
+				tok, line = line[:i], line[i+1:]
+			} else {
+				tok, line = line, nil
 			}
+			tok = trimSpace(tok)
+			if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
+				continue
+			}
+			start := len(buf)
+			buf = append(buf, tok...)
+			names = append(names, buf[start:len(buf):len(buf)])
 		}
-		for _, name := range names[:n] {
-			h.DelBytes(name)
-		}
+	})
+	for _, name := range names {
+		h.DelBytes(name)
 	}
 	for _, name := range hopHeaders {
 		h.DelBytes(name)
@@ -898,6 +933,7 @@ func isUpgrade(h *fasthttp.RequestHeader) bool {
 
 var (
 	hdrXFF       = []byte("X-Forwarded-For")
+	hdrXRealIP   = []byte("X-Real-IP")
 	hdrXFHost    = []byte("X-Forwarded-Host")
 	hdrXFProto   = []byte("X-Forwarded-Proto")
 	hdrForwarded = []byte("Forwarded")
@@ -937,6 +973,11 @@ func (p *fastProxy) prepare(ctx *fasthttp.RequestCtx, pc *peerConn) {
 			h.SetCanonical(hdrXFF, s2b(pc.host))
 		}
 	} else {
+		// A client's own forwarding headers name whatever it likes: the
+		// upstream gets the proxy's X-Forwarded-For alone (Forwarded is
+		// dropped above), and no X-Real-IP, which nginx-style upstreams
+		// believe from their proxy.
+		h.DelBytes(hdrXRealIP)
 		h.DelBytes(hdrXFF)
 		if pc.host != "" {
 			h.SetCanonical(hdrXFF, s2b(pc.host))
