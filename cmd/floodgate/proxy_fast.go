@@ -492,7 +492,7 @@ func (p *fastProxy) serve(ctx *fasthttp.RequestCtx) {
 	if pend.noHost {
 		ctx.Response.SetStatusCode(fasthttp.StatusBadRequest)
 		ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
-		ctx.Response.SetBodyString("floodgate proxy: an HTTP/1.1 request needs a Host header\n")
+		ctx.Response.SetBodyString("floodgate proxy: an HTTP/1.1 request needs one Host header\n")
 		ctx.SetConnectionClose()
 		return
 	}
@@ -507,6 +507,23 @@ func (p *fastProxy) serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose() // after forward, whose upstream response replaced ours
 	}
 	verdicts.Put(v)
+}
+
+// hostLines counts the Host lines of a request's raw header.
+func hostLines(raw []byte) int {
+	n := 0
+	for len(raw) > 0 {
+		line := raw
+		if i := indexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if len(line) >= 5 && line[4] == ':' && eqFold(line[:4], "Host") {
+			n++
+		}
+	}
+	return n
 }
 
 // ambiguousFraming reports whether a chunked request also had a
@@ -532,8 +549,13 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 
 // decide runs the gate on a request's header (waiting out a delay
 // action) and counts its verdict; noHost (and no verdict) for an HTTP/1.1
-// request without a Host.
+// request without a Host, or any request with two.
 func (p *fastProxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict, noHost bool) {
+	if hostLines(ctx.Request.Header.RawHeaders()) > 1 {
+		// two Hosts (RFC 9112, 3.2: 400): fasthttp keeps the last, a
+		// server in front of the proxy may have routed by the first
+		return nil, true
+	}
 	if len(ctx.Request.Header.Host()) == 0 {
 		// HTTP/1.1 requires a Host (RFC 9112, 3.2): a request without
 		// one is the client's error, not the upstream's. HTTP/1.0 may

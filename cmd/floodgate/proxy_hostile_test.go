@@ -153,3 +153,22 @@ func TestProxyHostileIPv6HostRoute(t *testing.T) {
 		t.Errorf("three requests for [::1] through a limit of 2: %q", got)
 	}
 }
+
+// A request with two Host lines is refused (RFC 9112, 3.2: 400): the
+// proxy decided and forwarded by the last, where a server in front of it
+// may have routed by the first. One Host, in any case, passes.
+func TestProxyHostileTwoHosts(t *testing.T) {
+	up, _, hits := recordingUpstream(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "h.yaml", hostileRules)
+	p := startProxy(t, up.URL, dir)
+	if got := statusLine(t, p.addrs["proxy"], "GET /two HTTP/1.1\r\nHost: other.example\r\nhost: api.example\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400") {
+		t.Errorf("two Host lines: %q, want 400", got)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the upstream got %d requests with two Hosts", n)
+	}
+	if got := statusLine(t, p.addrs["proxy"], "GET /one HTTP/1.1\r\nHOST: api.example\r\nX-Host: b\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Errorf("one Host line: %q, want 200", got)
+	}
+}
