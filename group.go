@@ -140,7 +140,12 @@ func doGroup(ctx context.Context, store Store, now int64, ops []Op, group []bool
 		return false, nil
 	}
 	after := make([]Decision, len(refunds))
-	if err := store.DoBatch(ctx, now, refunds, after); err != nil {
+	// The admitted members consumed whatever the caller's context does
+	// now: the refund is owed even to a caller that has left (its deadline
+	// passed during the first call), else those keys stay charged for a
+	// request refused whole. The store still bounds the call by its own
+	// timeout.
+	if err := store.DoBatch(context.WithoutCancel(ctx), now, refunds, after); err != nil {
 		return false, err
 	}
 	for j, i := range refunded {
