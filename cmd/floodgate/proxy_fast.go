@@ -874,39 +874,60 @@ type headerLike interface {
 // (VisitAllInOrder): its VisitAll would parse the Cookie header into
 // fasthttp's cookies, and send them on re-serialized.
 func removeHop(h headerLike) {
-	visit := h.VisitAll
+	sc := hopScratches.Get().(*hopScratch)
+	sc.buf, sc.names = sc.store[:0], sc.names[:0]
 	if rh, ok := h.(*fasthttp.RequestHeader); ok {
-		visit = rh.VisitAllInOrder
+		rh.VisitAllInOrder(sc.visit)
+	} else {
+		h.VisitAll(sc.visit)
 	}
-	// Copy the names out: deleting headers moves the values.
-	var store [256]byte
-	var names [][]byte
-	buf := store[:0]
-	visit(func(key, line []byte) {
-		if !eqFold(key, "Connection") {
-			return
-		}
-		for len(line) > 0 {
-			var tok []byte
-			if i := indexByte(line, ','); i >= 0 {
-				tok, line = line[:i], line[i+1:]
-			} else {
-				tok, line = line, nil
-			}
-			tok = trimSpace(tok)
-			if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
-				continue
-			}
-			start := len(buf)
-			buf = append(buf, tok...)
-			names = append(names, buf[start:len(buf):len(buf)])
-		}
-	})
-	for _, name := range names {
+	for _, name := range sc.names {
 		h.DelBytes(name)
 	}
+	clear(sc.names)
+	hopScratches.Put(sc)
 	for _, name := range hopHeaders {
 		h.DelBytes(name)
+	}
+}
+
+// hopScratch is removeHop's working memory, pooled: the names a
+// Connection line lists, copied out (deleting headers moves the values),
+// and visit, the header visitor, made once, so that a request allocates
+// none of it.
+type hopScratch struct {
+	store [256]byte
+	buf   []byte
+	names [][]byte
+	visit func(key, line []byte)
+}
+
+var hopScratches = sync.Pool{New: func() any {
+	sc := &hopScratch{}
+	sc.visit = sc.connectionNames
+	return sc
+}}
+
+// connectionNames collects the names a Connection line lists (but close
+// and keep-alive); other headers are passed over.
+func (sc *hopScratch) connectionNames(key, line []byte) {
+	if !eqFold(key, "Connection") {
+		return
+	}
+	for len(line) > 0 {
+		var tok []byte
+		if i := indexByte(line, ','); i >= 0 {
+			tok, line = line[:i], line[i+1:]
+		} else {
+			tok, line = line, nil
+		}
+		tok = trimSpace(tok)
+		if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
+			continue
+		}
+		start := len(sc.buf)
+		sc.buf = append(sc.buf, tok...)
+		sc.names = append(sc.names, sc.buf[start:len(sc.buf):len(sc.buf)])
 	}
 }
 
