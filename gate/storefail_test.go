@@ -11,7 +11,6 @@ import (
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/memstore"
-	"github.com/floodgate/floodgate/redisstore"
 )
 
 // fields returns the response fields Headers gives v.
@@ -115,13 +114,7 @@ func TestStoreErrorFailOpenStatesPolicyOnly(t *testing.T) {
 // checked; one failing local admits and refuses on the process's share,
 // without a RateLimit for the fleet's count either.
 func TestRedisPausedFieldsClaimNothingUnchecked(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Standalone(t)
-	st, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, ClientTime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	srv, st := redistest.StoreOn(t)
 	rule := func(mode floodgate.FailureMode, pct int64) floodgate.Rule {
 		return floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 4, Period: time.Hour, OnStoreFailure: mode, LocalPercent: pct}
 	}

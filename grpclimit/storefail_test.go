@@ -19,7 +19,6 @@ import (
 	"github.com/floodgate/floodgate/grpclimit"
 	"github.com/floodgate/floodgate/internal/downstore"
 	"github.com/floodgate/floodgate/internal/redistest"
-	"github.com/floodgate/floodgate/redisstore"
 )
 
 // startWith is start with a whole configuration (and legacy fields).
@@ -99,13 +98,7 @@ func TestStoreErrorFailOpenPolicyOnly(t *testing.T) {
 // no quota trailers, and one failing open passes without a ratelimit
 // trailer claiming the full quota.
 func TestRedisPausedFailureModes(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Standalone(t)
-	st, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, ClientTime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	srv, st := redistest.StoreOn(t)
 	rule := func(mode floodgate.FailureMode) floodgate.Rule {
 		return floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 4, Period: time.Hour, OnStoreFailure: mode}
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/internal/downstore"
 	"github.com/floodgate/floodgate/internal/redistest"
-	"github.com/floodgate/floodgate/redisstore"
 )
 
 // rateFields are the response fields that describe a quota.
@@ -145,13 +144,7 @@ func TestStoreErrorFailOpenStatesPolicy(t *testing.T) {
 // quota of 4 it never counted, one failing local limits at its share
 // with 429 and Retry-After, without a RateLimit for the fleet's count.
 func TestRedisPausedFailureModeResponses(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Standalone(t)
-	st, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, ClientTime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	srv, st := redistest.StoreOn(t)
 	rule := func(mode floodgate.FailureMode, pct int64) floodgate.Rule {
 		return floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 4, Period: time.Hour, OnStoreFailure: mode, LocalPercent: pct}
 	}
