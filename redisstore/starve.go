@@ -30,7 +30,8 @@ import (
 //     timeout (a wake-up still owed counts too: the monitor itself may
 //     not have run yet); and
 //   - Redis answered some call of this store within the last
-//     max(1s, 2 × the timeout) of time this process ran (excluding lag).
+//     max(500ms, 2 × the timeout) of time this process ran (lag
+//     excluded).
 //
 // The first says the time went to this process's waiting, not to Redis's;
 // the second bounds the excuse: a Redis that is silent (paused, or a
@@ -47,6 +48,9 @@ const (
 	// refreshEvery is how often the monitor refreshes the adaptive
 	// timeout and the lag it reports (Stats.Lag), in wake-ups.
 	refreshEvery = int(adaptWindow / lagEvery)
+	// excuseFor is the least time this process may run without an
+	// answer from Redis and still have its timeouts excused.
+	excuseFor = 500 * time.Millisecond
 )
 
 // A stall is a span, in microseconds since the epoch, during which the
@@ -205,7 +209,7 @@ func (s *Store) excused(err error, sctx context.Context, start int64) (bool, tim
 	}
 	ok1 := s.ex.lastOK.Load()
 	ran := time.Duration(now-ok1)*time.Microsecond - s.ex.starved(ok1, now)
-	return ran <= max(time.Second, 2*s.timeout()), lost
+	return ran <= max(excuseFor, 2*s.timeout()), lost
 }
 
 // breakerOpens is how many times the store's breakers opened.

@@ -1029,6 +1029,11 @@ func (s *Store) failed(brk *breaker, err error, sctx context.Context, start int6
 	excused, lag := s.excused(err, sctx, start)
 	if excused {
 		s.starved.Add(1)
+		if s.adapt != nil {
+			// its latency is at least this long: a busy host's calls
+			// raise the timeout even when none of them comes back in time
+			s.adapt.observe(time.Now().UnixMicro() - start)
+		}
 	} else {
 		brk.failure()
 	}

@@ -20,11 +20,14 @@ import (
 // from the moment the store took the call (before the coalescer's queue)
 // to its answer, to a bucket's width (about 12%). The floor is what an
 // idle machine needs and what a dead Redis costs a call before the breaker
-// opens; the ceiling bounds what a caller can wait. Only answered calls are
-// measured: a Redis that is silent gives no samples, so it cannot push the
-// timeout up (and after 5 s without answers it falls back to the floor);
-// a timed-out call's latency is not known, so the estimate rises by at
-// most adaptFactor a refresh (every adaptWindow) as long calls come back.
+// opens; the ceiling bounds what a caller can wait. The samples are the
+// calls Redis answered, and the timeouts excused as this process's
+// starvation (starve.go), at the time they took (less than their latency,
+// which is not known): a Redis that is silent gives no samples, so it
+// cannot push the timeout up (and after 5 s without any it falls back to
+// the floor), while a starved process's calls raise it even when none
+// comes back in time. A Redis that is slow for every call, on a host that
+// is not busy, is not adapted to: set Options.Timeout above its latency.
 // The caller's deadline still rules (storeContext's fifth).
 const (
 	adaptFactor  = 3
