@@ -28,12 +28,18 @@ import (
 //   - this process lost at least a quarter of the call's time to such
 //     lag, between the call's start and the moment its caller noticed the
 //     timeout (a wake-up still owed counts too: the monitor itself may
-//     not have run yet); and
+//     not have run yet), or a quarter of the time since Redis last
+//     answered (a timeout can surface later than it happened: a new
+//     connection whose handshake ran out of time while the process was
+//     stopped fails the next calls at once, with that timeout); and
 //   - Redis answered some call of this store within the last
 //     max(500ms, 2 × the timeout) of time this process ran (lag
 //     excluded).
 //
-// The first says the time went to this process's waiting, not to Redis's;
+// For a Redis on this host the host's CPU pressure counts as lost time too
+// (pressure.go): Redis waits for the CPU like this process.
+//
+// The first says the time went to waiting for a CPU, not to Redis's work;
 // the second bounds the excuse: a Redis that is silent (paused, or a
 // partition that drops packets) answers nothing, and once the process has
 // run that long without an answer, its timeouts count again, whatever the
@@ -78,16 +84,21 @@ func newLagMonitor(clk floodgate.Clock) *lagMonitor {
 	return m
 }
 
-// run samples until ctx ends, calling tick every refreshEvery wake-ups
-// (after observing the wake-up).
-func (m *lagMonitor) run(ctx context.Context, tick func()) {
+// run samples until ctx ends, calling wake (if not nil) at every wake-up
+// with its time, and tick every refreshEvery wake-ups (both after
+// observing the wake-up).
+func (m *lagMonitor) run(ctx context.Context, tick func(), wake func(now int64)) {
 	for i := 1; ; i++ {
 		t0 := m.clk.NowMicro()
 		m.last.Store(t0)
 		if m.clk.Sleep(ctx, lagEvery) != nil {
 			return
 		}
-		m.observe(t0+m.every, m.clk.NowMicro())
+		now := m.clk.NowMicro()
+		m.observe(t0+m.every, now)
+		if wake != nil {
+			wake(now)
+		}
 		if i%refreshEvery == 0 {
 			m.refresh()
 			if tick != nil {
@@ -143,29 +154,43 @@ func (m *lagMonitor) starved(from, to int64) time.Duration {
 	return time.Duration(min(us, to-from)) * time.Microsecond
 }
 
-// excuse is the store's side of the above: the monitor, the last
-// time Redis answered, and how the store learns the time.
+// excuse is the store's side of the above: the monitor, the host's
+// pressure (for a Redis on this host: pressure.go), and the last time
+// Redis answered.
 type excuse struct {
 	mon    *lagMonitor
-	lastOK atomic.Int64 // µs: when a call last came back from Redis
-	// starved is mon.starved; tests set their own lag.
-	starved func(from, to int64) time.Duration
-	stop    context.CancelFunc
-	done    chan struct{}
+	host   *hostPressure // nil: Redis is elsewhere, or the host has no PSI
+	lastOK atomic.Int64  // µs: when a call last came back from Redis
+	// lag is mon.starved: how long this process was stalled between two
+	// times (µs); hostLag is host.starved, or nil. Tests set their own.
+	lag, hostLag func(from, to int64) time.Duration
+	stop         context.CancelFunc
+	done         chan struct{}
 }
 
-// startMonitor starts the store's lag monitor, which also refreshes the
-// adaptive timeout; Close stops it.
-func (s *Store) startMonitor(clk floodgate.Clock) {
+// startMonitor starts the store's lag monitor, which also reads the host's
+// pressure when Redis is on this host (local) and refreshes the adaptive
+// timeout; Close stops it.
+func (s *Store) startMonitor(clk floodgate.Clock, local bool) {
 	m := newLagMonitor(clk)
 	ctx, cancel := context.WithCancel(context.Background())
-	s.ex = &excuse{mon: m, starved: m.starved, stop: cancel, done: make(chan struct{})}
-	s.ex.lastOK.Store(clk.NowMicro()) // rueidis connected: Redis answered
+	ex := &excuse{mon: m, lag: m.starved, stop: cancel, done: make(chan struct{})}
+	if read := readPressureFile(); local && read != nil {
+		ex.host = &hostPressure{read: read}
+		ex.hostLag = ex.host.starved
+	}
+	ex.lastOK.Store(clk.NowMicro()) // rueidis connected: Redis answered
+	s.ex = ex
 	go func() {
-		defer close(s.ex.done)
+		defer close(ex.done)
+		i := 0
 		m.run(ctx, func() {
 			if s.adapt != nil {
 				s.adapt.refresh()
+			}
+		}, func(now int64) {
+			if i++; ex.host != nil && i%pressureEvery == 0 {
+				ex.host.sample(now)
 			}
 		})
 	}()
@@ -191,8 +216,9 @@ func (s *Store) answered(start int64) {
 }
 
 // excused reports whether err, the failure of a call that started at start
-// (µs) under sctx, is this process's starvation rather than Redis's (see
-// above), and the lag the call met.
+// (µs) under sctx, is this process's (or, for a Redis on this host, the
+// host's) starvation rather than Redis's failure (see above and
+// pressure.go), and the time the call lost.
 func (s *Store) excused(err error, sctx context.Context, start int64) (bool, time.Duration) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return false, 0
@@ -202,14 +228,28 @@ func (s *Store) excused(err error, sctx context.Context, start int64) (bool, tim
 		return false, 0
 	}
 	now := time.Now().UnixMicro()
-	budget := dl.UnixMicro() - start
-	lost := s.ex.starved(start, now)
-	if budget <= 0 || lost.Microseconds()*4 < budget {
-		return false, lost
+	lost := func(from int64) time.Duration {
+		l := s.ex.lag(from, now)
+		if s.ex.hostLag != nil {
+			l = max(l, s.ex.hostLag(from, now))
+		}
+		return l
 	}
+	budget := dl.UnixMicro() - start
+	lostCall := lost(start)
 	ok1 := s.ex.lastOK.Load()
-	ran := time.Duration(now-ok1)*time.Microsecond - s.ex.starved(ok1, now)
-	return ran <= max(excuseFor, 2*s.timeout()), lost
+	starved := budget > 0 && lostCall.Microseconds()*4 >= budget
+	if !starved && ok1 < start {
+		// an error left by an earlier attempt in the same starvation (a
+		// connection whose handshake ran out of time), which rueidis
+		// gives the next calls at once
+		starved = lost(ok1).Microseconds()*4 >= now-ok1
+	}
+	if !starved {
+		return false, lostCall
+	}
+	ran := time.Duration(now-ok1)*time.Microsecond - s.ex.lag(ok1, now)
+	return ran <= max(excuseFor, 2*s.timeout()), lostCall
 }
 
 // breakerOpens is how many times the store's breakers opened.

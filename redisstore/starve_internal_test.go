@@ -20,7 +20,7 @@ func TestLagMonitorStalls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	ticks := 0
-	go func() { defer close(done); m.run(ctx, func() { ticks++ }) }()
+	go func() { defer close(done); m.run(ctx, func() { ticks++ }, nil) }()
 	defer func() { cancel(); <-done }()
 	asleep := func() {
 		t.Helper()
@@ -123,6 +123,85 @@ func TestAdaptiveTimeout(t *testing.T) {
 	for _, us := range []int64{-1, 0, 7, 8, 1000, 50_000, 1 << 35, 1 << 40} {
 		if b := latBucket(us); b < 0 || b >= adaptBuckets || us >= 0 && us < 1<<35 && us >= latUpper(b) {
 			t.Errorf("latency %dµs: bucket %d (upper %d)", us, b, latUpper(b))
+		}
+	}
+}
+
+// The host's CPU pressure over a span is read from PSI's stall total,
+// interpolated between readings and extrapolated past the last at the
+// last rate, at most the span.
+func TestHostPressure(t *testing.T) {
+	var total int64
+	h := &hostPressure{read: func() (int64, bool) { return total, true }}
+	if got := h.starved(0, 1000); got != 0 {
+		t.Fatalf("no readings: %v, want 0", got)
+	}
+	ms := int64(1000) // µs
+	// 0-100ms: idle; 100-200ms: some task always waiting; 200-300ms: a
+	// quarter of the time
+	for _, r := range []struct{ at, total int64 }{{0, 0}, {50, 0}, {100, 0}, {150, 50}, {200, 100}, {250, 112}, {300, 125}} {
+		total = r.total * ms
+		h.sample(r.at * ms)
+	}
+	for _, c := range []struct {
+		from, to int64 // ms
+		want     time.Duration
+	}{
+		{0, 100, 0},
+		{100, 200, 100 * time.Millisecond},
+		{120, 130, 10 * time.Millisecond},
+		{90, 110, 10 * time.Millisecond},
+		{200, 300, 25 * time.Millisecond},
+		{300, 340, 10 * time.Millisecond}, // past the last reading, at its rate
+		{-100, 50, 0},
+		{150, 150, 0},
+	} {
+		got := h.starved(c.from*ms, c.to*ms)
+		if d := got - c.want; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("host stalled over [%dms, %dms]: %v, want %v", c.from, c.to, got, c.want)
+		}
+	}
+	// the ring keeps the last pressureRing readings, in order
+	for i := range 3 * pressureRing {
+		total = int64(i) * 50 * ms / 2 // half the time from here on
+		h.sample(int64(400+50*i) * ms)
+	}
+	end := int64(400+50*(3*pressureRing-1)) * ms
+	if got := h.starved(end-1000*ms, end); got < 499*time.Millisecond || got > 501*time.Millisecond {
+		t.Errorf("a second at half pressure: %v, want 500ms", got)
+	}
+}
+
+func TestParsePressure(t *testing.T) {
+	for in, want := range map[string]int64{
+		"some avg10=98.96 avg60=99.00 avg300=97.32 total=1210249159\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n": 1210249159,
+		"some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n": 0,
+		"full avg10=0.00 total=5\n":                       -1,
+		"some avg10=0.00\n":                               -1,
+		"some total=x\n":                                  -1,
+		"":                                                -1,
+	} {
+		got, ok := parsePressure([]byte(in))
+		if want < 0 && ok || want >= 0 && (!ok || got != want) {
+			t.Errorf("parsePressure(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+}
+
+func TestOnThisHost(t *testing.T) {
+	for _, c := range []struct {
+		addrs []string
+		want  bool
+	}{
+		{[]string{"127.0.0.1:6379"}, true},
+		{[]string{"[::1]:6379", "localhost:7000"}, true},
+		{[]string{"/var/run/redis.sock"}, true},
+		{[]string{"127.0.0.1:6379", "10.0.0.5:6379"}, false},
+		{[]string{"redis.internal:6379"}, false},
+		{nil, false},
+	} {
+		if got := onThisHost(c.addrs); got != c.want {
+			t.Errorf("onThisHost(%q) = %v, want %v", c.addrs, got, c.want)
 		}
 	}
 }

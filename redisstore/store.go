@@ -237,7 +237,11 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.fallback = fb
-	s.startMonitor(clock.Precise)
+	addrs := make([]string, 0, 1)
+	for a := range c.Nodes() {
+		addrs = append(addrs, a)
+	}
+	s.startMonitor(clock.Precise, onThisHost(addrs))
 	return s, nil
 }
 
