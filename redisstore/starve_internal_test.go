@@ -175,11 +175,11 @@ func TestHostPressure(t *testing.T) {
 func TestParsePressure(t *testing.T) {
 	for in, want := range map[string]int64{
 		"some avg10=98.96 avg60=99.00 avg300=97.32 total=1210249159\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n": 1210249159,
-		"some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n": 0,
-		"full avg10=0.00 total=5\n":                       -1,
-		"some avg10=0.00\n":                               -1,
-		"some total=x\n":                                  -1,
-		"":                                                -1,
+		"some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n":                                                             0,
+		"full avg10=0.00 total=5\n": -1,
+		"some avg10=0.00\n":         -1,
+		"some total=x\n":            -1,
+		"":                          -1,
 	} {
 		got, ok := parsePressure([]byte(in))
 		if want < 0 && ok || want >= 0 && (!ok || got != want) {
