@@ -113,7 +113,8 @@ loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 metric() { curl -s "http://$1/metrics" | awk -v n="$2" '$1 == n { print $2; found=1 } END { if (!found) print "-" }'; }
 flaps() { awk 'NR > 1 && $1 != prev { n++ } { prev = $1 } END { print n + 0 }' "$1"; }
-unready() { awk '$1 != 200 { n++ } END { print n + 0 }' "$1"; }
+unready() { awk '$1 == 503 { n++ } END { print n + 0 }' "$1"; }
+unanswered() { awk '$1 != 200 && $1 != 503 { n++ } END { print n + 0 }' "$1"; }
 polls() { wc -l < "$1"; }
 json() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
@@ -127,7 +128,7 @@ mkdir -p "$(dirname "$OUT")"
 			floodgate_store_breaker_opens_total floodgate_store_starved_timeouts_total floodgate_store_timeout_seconds; do
 			echo "$m $(metric "${!http}" $m)"
 		done
-		echo "readyz_polls $(polls "$work/ready-$side") readyz_changes $(flaps "$work/ready-$side") readyz_not_200 $(unready "$work/ready-$side")"
+		echo "readyz_polls $(polls "$work/ready-$side") readyz_changes $(flaps "$work/ready-$side") readyz_503 $(unready "$work/ready-$side") readyz_unanswered_in_1s $(unanswered "$work/ready-$side")"
 		echo "normal $(cat "$work/normal-$side.json")"
 		echo "quota $(cat "$work/quota-$side.json")"
 	done
@@ -144,7 +145,8 @@ mkdir -p "$(dirname "$OUT")"
 	row "timeouts excused as starvation" "-" "$(metric $a floodgate_store_starved_timeouts_total)"
 	row "breaker openings" "-" "$(metric $a floodgate_store_breaker_opens_total)"
 	row "/readyz changes (polls every 100 ms)" "$(flaps "$work/ready-before") of $(polls "$work/ready-before")" "$(flaps "$work/ready-after") of $(polls "$work/ready-after")"
-	row "/readyz polls not ready" "$(unready "$work/ready-before")" "$(unready "$work/ready-after")"
+	row "/readyz polls answered 503" "$(unready "$work/ready-before")" "$(unready "$work/ready-after")"
+	row "/readyz polls unanswered in 1 s (counted as changes too)" "$(unanswered "$work/ready-before")" "$(unanswered "$work/ready-after")"
 	qb=$(json "$work/quota-before.json" ok) qa=$(json "$work/quota-after.json" ok)
 	row "quota key (1000/day): admitted of offered" "$qb of $(json "$work/quota-before.json" requests)" "$qa of $(json "$work/quota-after.json" requests)"
 	row "over-admission (admitted beyond 1000)" "$((qb > 1000 ? qb - 1000 : 0))" "$((qa > 1000 ? qa - 1000 : 0))"

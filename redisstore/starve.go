@@ -54,8 +54,9 @@ const (
 	// refreshEvery is how often the monitor refreshes the adaptive
 	// timeout and the lag it reports (Stats.Lag), in wake-ups.
 	refreshEvery = int(adaptWindow / lagEvery)
-	// excuseFor is the least time this process may run without an
-	// answer from Redis and still have its timeouts excused.
+	// excuseFor is how long this process may run without an answer from
+	// Redis and still have its timeouts excused (2 × the timeout, if
+	// that is longer).
 	excuseFor = 500 * time.Millisecond
 )
 
