@@ -772,8 +772,9 @@ var errBreakerOpen = errors.New("redisstore: breaker open")
 // Redis, which accepts the connection and never answers the handshake, that
 // is the dial and write timeouts, seconds (the coalescer's connections have
 // the same guard: getConn). Calls go through within while Redis has been
-// failing (the breaker is troubled), and straight to rueidis otherwise, so
-// the healthy path pays no goroutine.
+// failing or a timeout was excused as starvation (the breaker is
+// troubled), and straight to rueidis otherwise, so the healthy path pays
+// no goroutine.
 func within[T any](ctx context.Context, f func() T, failed func(error) T) T {
 	ch := make(chan T, 1)
 	go func() { ch <- f() }()
@@ -1033,6 +1034,10 @@ func (s *Store) failed(brk *breaker, err error, sctx context.Context, start int6
 	excused, lag := s.excused(err, sctx, start)
 	if excused {
 		s.starved.Add(1)
+		// not a failure, but calls go through within until Redis answers
+		// again: a caller that finds a connection being made again must
+		// not wait for it past its deadline (see within)
+		brk.troubled.Store(true)
 		if s.adapt != nil {
 			// its latency is at least this long: a busy host's calls
 			// raise the timeout even when none of them comes back in time
