@@ -73,6 +73,7 @@ func hammerAdmin(t *testing.T, adminURL, metricsAddr string, routes ...string) {
 		}
 	}
 	elapsed := time.Since(start)
+	t.Logf("%d wrong tokens in %v from one address: %v", n, elapsed, codes)
 	// The allowance refills continuously (AdminFailureLimit a period):
 	// a slow run earns a guess or two more, bounded by its own length.
 	most := service.AdminFailureLimit + int(elapsed*time.Duration(service.AdminFailureLimit)/service.AdminFailurePeriod) + 1
