@@ -30,16 +30,6 @@ const (
 	AdminThrottleClients = 1 << 16
 )
 
-// adminFailurePolicy is the throttle's rule. A store that cannot take the
-// key (none today: memstore decides at once) admits, so the token is
-// still compared: the token's strength, not the throttle, is what keeps a
-// guesser out (at 128 bits, no rate of guessing finds it), and a guard
-// that refused everyone when full would let a flood of addresses lock the
-// operators out.
-var adminFailurePolicy = floodgate.MustPolicy("floodgate-admin-auth", floodgate.Rule{
-	Algorithm: floodgate.TokenBucket, Limit: AdminFailureLimit, Period: AdminFailurePeriod, OnStoreFailure: floodgate.FailOpen,
-})
-
 // newAdminAuthCounter is floodgate_admin_auth_failures_total, both its
 // results present from the start (at 0).
 func newAdminAuthCounter() *prometheus.CounterVec {
@@ -83,7 +73,16 @@ func newTokenGuard(token string, clk floodgate.Clock, m *Metrics, log *slog.Logg
 	// at fresh within a period, and fresh keys are dropped whenever a
 	// shard would grow; AdminThrottleClients bounds the rest.
 	st := memstore.MustNew(memstore.Options{MaxKeys: AdminThrottleClients, MaxMemory: 16 << 20, Shards: 8, SweepInterval: -1, Clock: clk, Logger: log})
-	g := &tokenGuard{want: sumToken(token), limiter: floodgate.NewLimiter(adminFailurePolicy, st, floodgate.WithClock(clk)), log: log}
+	// A policy of the guard's own (a store keeps its tables with the
+	// policy: a shared one would hold every guard's store for good). A
+	// store that cannot take a key (none today: memstore decides at once)
+	// admits, so the token is still compared: the token's strength, not
+	// the throttle, is what keeps a guesser out (at 128 bits no rate of
+	// guessing finds it), and a guard that refused everyone when full
+	// would let a flood of addresses lock the operators out.
+	p := floodgate.MustPolicy("", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: AdminFailureLimit, Period: AdminFailurePeriod,
+		OnStoreFailure: floodgate.FailOpen})
+	g := &tokenGuard{want: sumToken(token), limiter: floodgate.NewLimiter(p, st, floodgate.WithClock(clk)), log: log}
 	if m != nil {
 		g.bad = m.adminAuth.WithLabelValues("bad_token")
 		g.throttle = m.adminAuth.WithLabelValues("throttled")
