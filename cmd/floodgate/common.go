@@ -98,7 +98,7 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.StringVar(&c.rulesDir, "rules", envString("RULES", ""), "directory of YAML rule files (default: the example rules file) [FLOODGATE_RULES]")
 	fs.StringVar(&c.dataDir, "data", envString("DATA", "floodgate-data"), "data directory: "+dataUse+" [FLOODGATE_DATA]")
 	fs.StringVar(&c.adminAddr, "admin-addr", envString("ADMIN_ADDR", adminDefault), "admin API listen address [FLOODGATE_ADMIN_ADDR]")
-	fs.StringVar(&c.adminToken, "admin-token", envString("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
+	fs.StringVar(&c.adminToken, "admin-token", envString("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback, and there at least 128 bits (openssl rand -hex 32) [FLOODGATE_ADMIN_TOKEN]")
 	fs.StringVar(&c.store, "store", envString("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel://, redis-cluster:// or unix:/// URL shared by a fleet [FLOODGATE_STORE]")
 	fs.StringVar(&c.logLevel, "log-level", envString("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
 	fs.StringVar(&c.logFormat, "log-format", envString("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
@@ -125,7 +125,10 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--admin-token: want printable ASCII with no leading or trailing blanks (and not only blanks), got %d bytes that are not", len(c.adminToken))
 	}
 	if !isLoopback(c.adminAddr) && c.adminToken == "" {
-		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
+		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN) to at least %d random bits; %s", c.adminAddr, minAdminTokenBits, makeToken)
+	}
+	if err := checkAdminToken(c.adminAddr, c.adminToken, log); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return fmt.Errorf("--data %s: %w", c.dataDir, err)

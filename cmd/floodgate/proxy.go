@@ -219,7 +219,8 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 		io.WriteString(w, why+"\n")
 	})
-	admin.Handle("POST /v1/bans/lift", service.RequireToken(c.adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// svc's guard: one throttle of failed tokens with svc.AdminHandler's routes
+	admin.Handle("POST /v1/bans/lift", svc.RequireToken(c.adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Limit, Key string }
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body); err != nil || body.Limit == "" || body.Key == "" {
 			http.Error(w, `want {"limit":"domain/route","key":"..."}`, http.StatusBadRequest)
@@ -244,6 +245,9 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		return fmt.Errorf("admin listener %s: %w", c.adminAddr, err)
 	}
 	log.Info("listening", "api", "admin", "addr", al.Addr().String())
+	if !isLoopback(c.adminAddr) {
+		log.Warn("the admin API listens beyond loopback over plain HTTP (proxy has no TLS for it): its bearer token crosses the network in the clear; keep it on a private network or behind a TLS terminator", "addr", al.Addr().String())
+	}
 	ps := fp.server()
 	as := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
