@@ -25,8 +25,12 @@ func BenchmarkAllowExistingKey(b *testing.B) {
 			ctx := context.Background()
 			l.Allow(ctx, "user:1")
 			b.ReportAllocs()
+			cpu := -cpuNanos()
 			for b.Loop() {
 				l.Allow(ctx, "user:1")
+			}
+			if cpu += cpuNanos(); cpu > 0 {
+				b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 			}
 		})
 	}
@@ -93,14 +97,20 @@ func BenchmarkNewKey(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := -cpuNanos()
 			for b.Loop() {
 				if c.maxKeys == 0 && i&(1<<18-1) == 0 {
 					b.StopTimer()
+					cpu += cpuNanos()
 					s.Close()
 					s = open()
+					cpu -= cpuNanos()
 					b.StartTimer()
 				}
 				do()
+			}
+			if cpu += cpuNanos(); cpu > 0 {
+				b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 			}
 		})
 	}
