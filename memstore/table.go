@@ -308,8 +308,8 @@ const sweepAtCapEvery = 10_000_000
 // evict makes room at a cap by dropping a key that no longer constrains,
 // and reports whether it found one. A key constrains while any of its
 // rules counts something against it (Policy.Consumption > 0): with u of a
-// capacity B counted, a request of cost B-u+1, which a fresh key would be
-// admitted, is refused, so dropping the key could let a request past its
+// capacity B counted, a request of cost B-u+1, which a fresh key would
+// admit, is refused, so dropping the key could let a request past its
 // limit. A key with nothing counted decides as a key never seen: dropping
 // it changes no decision. evict looks at up to evictSample keys from a
 // random slot on and drops the first that no longer constrains; if none
