@@ -320,7 +320,7 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+p.Width())
 		}
 		if count > uint64(s.opts.MaxKeys)*2 || count*uint64(w) > 1<<34 {
-			return fmt.Errorf("table %d (policy %q): %d keys", ti, h.Policy, count)
+			return fmt.Errorf("table %d (policy %q): %d keys, more than twice the cap of %d keys (MaxKeys) or 128 GiB", ti, h.Policy, count, s.opts.MaxKeys)
 		}
 		t := s.newTable(p)
 		wb := make([]byte, 8*w)

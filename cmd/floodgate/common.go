@@ -87,6 +87,7 @@ type commonConfig struct {
 	calendarMonth                    bool
 	drain, reloadEvery, storeTimeout time.Duration
 	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
+	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
 	// starts, so a SIGHUP sent as soon as the listeners answer reloads
 	// instead of killing the process (its default action).
@@ -159,8 +160,12 @@ type openedStore struct {
 // directory) or Redis, whose counters it registers in m.
 func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.Metrics) (*openedStore, error) {
 	if c.store == "memory" || c.store == "" {
-		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxMemory: int64(c.maxMemory), Logger: log})
+		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxKeys: int(c.maxKeys), MaxMemory: int64(c.maxMemory), Logger: log})
 		if err != nil {
+			return nil, err
+		}
+		if err := m.Register(newMemCollector(ms, int(c.maxKeys), int64(c.maxMemory))); err != nil {
+			ms.Close()
 			return nil, err
 		}
 		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
@@ -187,11 +192,31 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 	}}, nil
 }
 
-// registerMaxMemory adds --max-memory, the memory store's cap on its key
-// tables (memstore.Options.MaxMemory), for serve and proxy.
+// registerMaxMemory adds --max-memory and --max-keys, the memory store's
+// caps on the bytes of its key tables and on its keys
+// (memstore.Options.MaxMemory and MaxKeys), for serve and proxy.
 func (c *commonConfig) registerMaxMemory(fs *flag.FlagSet) {
 	c.maxMemory = envSize("MAX_MEMORY", 1<<30)
-	fs.Var(&c.maxMemory, "max-memory", "memory store: cap on the bytes of its key tables, a `size`: 1073741824, 512MiB, 2GiB; at the cap a new key evicts the least consumed of a sample instead of growing a table (a sliding_log rule takes 8 bytes a key per request of its limit) [FLOODGATE_MAX_MEMORY]")
+	fs.Var(&c.maxMemory, "max-memory", "memory store: cap on the bytes of its key tables, a `size`: 1073741824, 512MiB, 2GiB; at the cap a new key takes the room of a key whose count has decayed, or, where every key still counts something, is refused and decided by its rules' failure modes; a key that constrains is never dropped (a sliding_log rule takes 8 bytes a key per request of its limit) [FLOODGATE_MAX_MEMORY]")
+	c.maxKeys = keyCount(envInt("MAX_KEYS", 1<<22))
+	fs.Var(&c.maxKeys, "max-keys", "memory store: cap on its keys, over all limits (a token bucket key takes about 50 bytes); at the cap a new key is held or refused as at --max-memory [FLOODGATE_MAX_KEYS]")
+}
+
+// keyCount is a flag's count of keys, more than 0.
+type keyCount int
+
+func (k *keyCount) String() string { return strconv.Itoa(int(*k)) }
+
+func (k *keyCount) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil:
+		return errors.New("want a whole number of keys")
+	case n <= 0:
+		return errors.New("want more than 0")
+	}
+	*k = keyCount(n)
+	return nil
 }
 
 // byteSize is a flag's count of bytes: a whole number of bytes, or of B,
@@ -240,6 +265,49 @@ func envSize(name string, def byteSize) byteSize {
 		return byteSize(n)
 	}
 	return def
+}
+
+// memCollector exports the memory store's counters (memstore.Stats) and
+// caps, read at each scrape.
+type memCollector struct {
+	ms                                           *memstore.Store
+	maxKeys, maxBytes                            int64
+	keys, bytes, capKeys, capBytes               *prometheus.Desc
+	evictions, constraining, expired, refusedNew *prometheus.Desc
+}
+
+func newMemCollector(ms *memstore.Store, maxKeys int, maxBytes int64) *memCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &memCollector{ms: ms, maxKeys: int64(maxKeys), maxBytes: maxBytes,
+		keys:         d("floodgate_memstore_keys", "Keys the memory store holds."),
+		bytes:        d("floodgate_memstore_bytes", "Bytes of the memory store's key tables."),
+		capKeys:      d("floodgate_memstore_max_keys", "The memory store's cap on keys (--max-keys)."),
+		capBytes:     d("floodgate_memstore_max_bytes", "The memory store's cap on the bytes of its key tables (--max-memory)."),
+		evictions:    d("floodgate_memstore_evictions_total", "Keys dropped at a cap to make room for a new key: keys whose count had decayed, which forgives nothing."),
+		constraining: d("floodgate_memstore_constraining_evictions_total", "Keys dropped at a cap while they still constrained (forgiving what they had used). The store makes none: it refuses the new key instead."),
+		expired:      d("floodgate_memstore_expired_total", "Keys dropped by sweeps once their count had decayed."),
+		refusedNew:   d("floodgate_memstore_refused_total", "Decisions on new keys the memory store had no room for (at a cap, every key still constraining), made by the rules' failure modes."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.keys, c.bytes, c.capKeys, c.capBytes, c.evictions, c.constraining, c.expired, c.refusedNew} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.ms.Stats()
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.capKeys, prometheus.GaugeValue, float64(c.maxKeys))
+	ch <- prometheus.MustNewConstMetric(c.capBytes, prometheus.GaugeValue, float64(c.maxBytes))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(c.constraining, prometheus.CounterValue, float64(st.Evicted))
+	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expired))
+	ch <- prometheus.MustNewConstMetric(c.refusedNew, prometheus.CounterValue, float64(st.Refused))
 }
 
 // storeCollector exports a Redis store's counters (redisstore.Stats).
