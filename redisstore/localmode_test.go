@@ -111,7 +111,7 @@ func lmTransitions(t *testing.T, st *redisstore.Store, name string, fault, recov
 	go func() { defer close(done); phase[1], deg = lmOffer(t, l, "k", 60, lmGoroutines, time.Millisecond) }()
 	fault()
 	<-done
-	eventually(t, 10*time.Second, "the breaker opens", func() bool { return st.Stats().Breaker })
+	eventually(t, 10*time.Second, "the breaker opens", func() bool { healthy(); return st.Stats().Breaker })
 	var d2 int64
 	phase[2], d2 = lmOffer(t, l, "k", 60, lmGoroutines, 0)
 	if d2 != phase[2] {
