@@ -68,8 +68,11 @@ type localSync struct {
 	busy      atomic.Int64 // entries owing a charge or with one in flight
 	flushing  atomic.Bool
 	lastFlush atomic.Int64 // time.Now().UnixNano() of the last flush
-	mu        sync.Mutex   // closed and wg.Add
+	lastNow   atomic.Int64 // the latest caller's clock seen: the retries' now
+	mu        sync.Mutex   // closed, retrying and wg.Add
 	closed    bool
+	retrying  bool // retry runs
+	stop      chan struct{}
 	wg        sync.WaitGroup
 
 	charged, untracked atomic.Int64
@@ -111,27 +114,59 @@ type lsEntry struct {
 	ledger []int64
 	flat   int64 // admissions of rules too wide for the ledger: never decay
 	owed   bool
-	// charging is closed when the charge in flight (of inflight requests)
-	// is done.
+	// charging is closed when the charge in flight is done.
 	charging chan struct{}
-	inflight int64
 	counted  bool // counted in busy
 }
 
 func newLocalSync(s *Store, fb *fallback, keys int) *localSync {
-	ls := &localSync{s: s, fb: fb, mem: fb.mem, perShard: max(1, (keys+lsShards-1)/lsShards), seed: maphash.MakeSeed()}
+	ls := &localSync{s: s, fb: fb, mem: fb.mem, perShard: max(1, (keys+lsShards-1)/lsShards), seed: maphash.MakeSeed(),
+		stop: make(chan struct{})}
 	for i := range ls.shards {
 		ls.shards[i].m = make(map[lsKey]*lsEntry)
 	}
 	return ls
 }
 
-// close waits for a flush in flight; no flush starts after it.
+// close stops the retries and waits for a flush in flight; none starts
+// after it.
 func (ls *localSync) close() {
 	ls.mu.Lock()
-	ls.closed = true
+	if !ls.closed {
+		ls.closed = true
+		close(ls.stop)
+	}
 	ls.mu.Unlock()
 	ls.wg.Wait()
+}
+
+// retry charges what is owed every BreakerCooldown while anything is, on
+// keys whose breaker is open too, so that an instance that no caller
+// sends to Redis still tells Redis what it admitted within a cooldown of
+// Redis's return. A charge that succeeds closes its breaker: Redis
+// answers. It runs while charges are owed (recount starts it).
+func (ls *localSync) retry() {
+	defer ls.wg.Done()
+	t := time.NewTicker(ls.s.opts.BreakerCooldown)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-t.C:
+		}
+		ls.mu.Lock()
+		if ls.busy.Load() == 0 {
+			ls.retrying = false
+			ls.mu.Unlock()
+			return
+		}
+		ls.mu.Unlock()
+		if ls.flushing.CompareAndSwap(false, true) {
+			ls.flush(ls.lastNow.Load(), true)
+			ls.flushing.Store(false)
+		}
+	}
 }
 
 // tracks returns p's plan when p's failure modes send it to the local
@@ -190,10 +225,16 @@ func (ls *localSync) recount(e *lsEntry) {
 	want := e.owed || e.charging != nil
 	if want != e.counted {
 		e.counted = want
-		if want {
-			ls.busy.Add(1)
-		} else {
+		if !want {
 			ls.busy.Add(-1)
+		} else if ls.busy.Add(1) == 1 {
+			ls.mu.Lock()
+			if !ls.retrying && !ls.closed {
+				ls.retrying = true
+				ls.wg.Add(1)
+				go ls.retry()
+			}
+			ls.mu.Unlock()
 		}
 	}
 }
@@ -202,6 +243,7 @@ func (ls *localSync) recount(e *lsEntry) {
 // now), and starts a flush of the charges owed, if any.
 func (ls *localSync) answered(op *floodgate.Op, d *floodgate.Decision, now int64) {
 	if ls.tracks(op.Policy) != nil {
+		ls.lastNow.Store(now)
 		k := lsKey{op.Policy.Name(), op.Key}
 		sh := ls.shard(k)
 		sh.mu.Lock()
@@ -241,6 +283,7 @@ func (f *fallback) local(ctx context.Context, now int64, op *floodgate.Op, pl *p
 	sh := ls.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	ls.lastNow.Store(now)
 	e := ls.get(sh, k)
 	if e == nil {
 		ls.untracked.Add(1)
@@ -295,10 +338,10 @@ func (ls *localSync) seedLocal(ctx context.Context, e *lsEntry, op *floodgate.Op
 			}
 		}
 	}
-	// what local admitted that Redis has not answered for: booked, or
-	// being charged
-	if e.owed || e.inflight > 0 {
-		if u := e.used(now) + e.inflight; u > 0 {
+	// what local admitted that Redis has not answered for (a charge in
+	// flight included: it leaves the ledger when Redis answers for it)
+	if e.owed {
+		if u := e.used(now); u > 0 {
 			if _, err := ls.mem.Do(ctx, now, floodgate.Op{Policy: pl.local, Key: key, Kind: floodgate.OpCharge, Cost: u}); err != nil {
 				return err
 			}
@@ -439,17 +482,18 @@ func (e *lsEntry) clearLedger() {
 	e.flat, e.owed = 0, false
 }
 
-// take empties e's ledger into a charge, marking it in flight; ok is
-// false when the ledger weighs nothing any more. The shard's lock is held.
+// take makes e's ledger's weight a charge, marking it in flight (it stays
+// in the ledger until Redis answers for it); ok is false when the ledger
+// weighs nothing any more. The shard's lock is held.
 func (ls *localSync) take(e *lsEntry, now int64) (op floodgate.Op, ok bool) {
 	u := e.used(now)
-	pol := e.pol
-	e.clearLedger()
-	if u > 0 {
-		e.charging, e.inflight = make(chan struct{}), u
+	if u == 0 {
+		e.clearLedger()
+	} else {
+		e.charging = make(chan struct{})
 	}
 	ls.recount(e)
-	return floodgate.Op{Policy: pol, Key: e.k.key, Kind: floodgate.OpCharge, Cost: u}, u > 0
+	return floodgate.Op{Policy: e.pol, Key: e.k.key, Kind: floodgate.OpCharge, Cost: u}, u > 0
 }
 
 // settle charges Redis, before ops are sent, with what local admitted on
@@ -493,18 +537,22 @@ func (ls *localSync) settle(sctx context.Context, now int64, ops []floodgate.Op)
 	}
 }
 
-// send makes the charges of ents on Redis, and books again those that
-// failed.
+// send makes the charges of ents on Redis, and takes those Redis
+// answered for out of their ledgers (newest first); a charge that failed
+// stays booked.
 func (ls *localSync) send(sctx context.Context, now int64, charges []floodgate.Op, ents []*lsEntry) {
 	decs, errs := ls.s.sendRaw(sctx, now, charges)
 	for i, e := range ents {
 		sh := ls.shard(e.k)
 		sh.mu.Lock()
 		close(e.charging)
-		e.charging, e.inflight = nil, 0
-		if errs[i] != nil {
-			e.book(charges[i].Policy, ls.fb.plan(charges[i].Policy), now, charges[i].Cost)
-		} else {
+		e.charging = nil
+		if errs[i] == nil {
+			e.unbook(now, charges[i].Cost)
+			if e.used(now) == 0 {
+				e.clearLedger()
+			}
+			ls.s.breakerFor(ls.s.Key(e.k.policy, e.k.key)).success()
 			ls.charged.Add(charges[i].Cost)
 			e.saw(&decs[i], now)
 			e.local = false
@@ -536,20 +584,20 @@ func (ls *localSync) maybeFlush(now int64) {
 	go func() {
 		defer ls.wg.Done()
 		defer ls.flushing.Store(false)
-		ls.flush(now)
+		ls.flush(now, false)
 	}()
 }
 
-// flush charges Redis with what every key owes whose breaker is closed,
-// MaxBatch keys a call.
-func (ls *localSync) flush(now int64) {
+// flush charges Redis with what every key owes (those whose breaker is
+// closed, unless all), MaxBatch keys a call.
+func (ls *localSync) flush(now int64, all bool) {
 	var charges []floodgate.Op
 	var ents []*lsEntry
 	for i := range ls.shards {
 		sh := &ls.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.ring {
-			if !e.owed || e.charging != nil || ls.s.breakerFor(ls.s.Key(e.k.policy, e.k.key)).troubled.Load() {
+			if !e.owed || e.charging != nil || !all && ls.s.breakerFor(ls.s.Key(e.k.policy, e.k.key)).troubled.Load() {
 				continue
 			}
 			if op, ok := ls.take(e, now); ok {
