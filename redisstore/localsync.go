@@ -526,7 +526,11 @@ func (ls *localSync) settle(sctx context.Context, now int64, ops []floodgate.Op)
 		sh.mu.Unlock()
 	}
 	if len(charges) > 0 {
-		ls.send(sctx, now, charges, ents)
+		troubled := false
+		for i := range charges {
+			troubled = troubled || ls.s.breakerFor(ls.s.Key(charges[i].Policy.Name(), charges[i].Key)).troubled.Load()
+		}
+		ls.send(sctx, now, charges, ents, troubled)
 	}
 	for _, ch := range waits {
 		select {
@@ -539,9 +543,25 @@ func (ls *localSync) settle(sctx context.Context, now int64, ops []floodgate.Op)
 
 // send makes the charges of ents on Redis, and takes those Redis
 // answered for out of their ledgers (newest first); a charge that failed
-// stays booked.
-func (ls *localSync) send(sctx context.Context, now int64, charges []floodgate.Op, ents []*lsEntry) {
-	decs, errs := ls.s.sendRaw(sctx, now, charges)
+// stays booked. A charge whose answer was lost may have been applied
+// (Redis paused or slow runs it later), and is charged again: Redis then
+// counts more than was admitted, never less. So that a Redis known to be
+// failing (unsure) is not sent charges it may run only when it resumes,
+// it is asked to PING first, and charged only if it answers.
+func (ls *localSync) send(sctx context.Context, now int64, charges []floodgate.Op, ents []*lsEntry, unsure bool) {
+	var decs []floodgate.Decision
+	var errs []error
+	if unsure {
+		if err := ls.s.Ping(sctx); err != nil {
+			errs = make([]error, len(charges))
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+	}
+	if errs == nil {
+		decs, errs = ls.s.sendRaw(sctx, now, charges)
+	}
 	for i, e := range ents {
 		sh := ls.shard(e.k)
 		sh.mu.Lock()
@@ -589,7 +609,7 @@ func (ls *localSync) maybeFlush(now int64) {
 }
 
 // flush charges Redis with what every key owes (those whose breaker is
-// closed, unless all), MaxBatch keys a call.
+// closed, unless all; then after a PING), MaxBatch keys a call.
 func (ls *localSync) flush(now int64, all bool) {
 	var charges []floodgate.Op
 	var ents []*lsEntry
@@ -608,7 +628,7 @@ func (ls *localSync) flush(now int64, all bool) {
 	}
 	for len(charges) > 0 {
 		n := min(len(charges), ls.s.opts.MaxBatch)
-		ls.send(ls.s.timeoutContext(time.Now()), now, charges[:n], ents[:n])
+		ls.send(ls.s.timeoutContext(time.Now()), now, charges[:n], ents[:n], all)
 		charges, ents = charges[n:], ents[n:]
 	}
 }
