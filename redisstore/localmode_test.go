@@ -220,9 +220,9 @@ func TestLocalModePauseResumeUncoalesced(t *testing.T) {
 
 // Two instances at 50 percent each, both having seen the key on Redis:
 // each admits half of what was left, and Redis learns both, the one that
-// no caller sends to Redis after the outage too. Before: each
-// local limiter started from zero at half the limit, 100 + 2 × 60 + 100 =
-// 320 of 400.
+// no caller sends to Redis after the outage too. Before: each local
+// limiter started from zero at half the limit, and Redis admitted its 100
+// left after the outage: 100 + 2 × 60 + 100 = 320 of 340 (321 measured).
 func TestLocalModeTwoInstances(t *testing.T) {
 	srv := redistest.Standalone(t)
 	pol := floodgate.MustPolicy("lm-two", floodgate.Rule{Name: "hour", Algorithm: floodgate.FixedWindow, Limit: lmLimit, Period: time.Hour,

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,11 @@ type localSync struct {
 
 // lsShards is the number of parts of the table, each with its lock.
 const lsShards = 32
+
+// lsMaxKey is the longest key the table holds: a longer one is decided
+// locally unseeded and not charged back (counted as untracked), so that
+// the table's memory stays within LocalKeys × (lsMaxKey + an entry).
+const lsMaxKey = 256
 
 // flushEvery is the least time between two flushes' scans of the table.
 const flushEvery = 10 * time.Millisecond
@@ -194,6 +200,11 @@ func (ls *localSync) get(sh *lsShard, k lsKey) *lsEntry {
 	if e := sh.m[k]; e != nil {
 		return e
 	}
+	if len(k.key) > lsMaxKey {
+		return nil
+	}
+	// the key is copied: the caller's may share a large buffer
+	k.key = strings.Clone(k.key)
 	e := &lsEntry{k: k}
 	if len(sh.ring) < ls.perShard {
 		sh.ring = append(sh.ring, e)
