@@ -46,8 +46,16 @@ import (
 //     booked weight (the largest any of its rules still holds) is charged
 //     to Redis (OpCharge, clamped at capacity), one call for the keys at
 //     hand: before the key's next decision on Redis (which waits for it),
-//     and for every other key by a flush after a call succeeds. A charge
-//     that fails is booked again.
+//     for every other key by a flush after a call succeeds, and, while
+//     anything is owed, every BreakerCooldown after a PING answers (an
+//     instance no caller sends to Redis still charges it; a paused Redis
+//     is not sent charges it would run on resuming). A charge stays in the
+//     ledger until Redis answers for it: one that fails is charged again
+//     later, and meanwhile the local limiter still counts it. A local
+//     decision after Redis answered for the key starts again from Redis's
+//     latest word, plus what is still booked.
+//
+// The bound this gives, and its measures, are in docs/REDIS.md.
 //
 // Memory is bounded: the table holds at most Options.LocalKeys entries,
 // replaced by CLOCK (second chance). An entry is pinned, never replaced,
@@ -55,9 +63,9 @@ import (
 // owes Redis a charge. When every entry of a key's part of the table is
 // pinned (an outage met by a flood of distinct keys), a new key is decided
 // locally as before this mechanism: from zero, and never charged back;
-// such decisions are counted (Stats.LocalUntracked). A key whose entry was
-// replaced is decided locally from zero too; replaced entries were only
-// seeds, never charges.
+// such decisions are counted (Stats.LocalUntracked), as are keys over
+// lsMaxKey bytes. A key whose entry was replaced is decided locally from
+// zero too; replaced entries were only seeds, never charges.
 type localSync struct {
 	s        *Store
 	fb       *fallback
