@@ -87,6 +87,10 @@ type Options struct {
 	// before Redis 7. Scripts are slower: their helpers are compiled on
 	// every call.
 	NoFunctions bool
+	// LocalKeys bounds the keys whose last state seen on Redis the store
+	// keeps for rules that fail to a local limit, to seed the local limiter
+	// and charge back what it admitted (localsync.go; default 65536).
+	LocalKeys int
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -116,6 +120,7 @@ type Store struct {
 	// modes, not every key of the cluster.
 	brks     []breaker
 	fallback *fallback
+	local    *localSync // failure_mode local's meeting with Redis
 
 	calls, errs, timeouts, degraded atomic.Int64
 	lastLog                         atomic.Int64
@@ -199,6 +204,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Batches <= 0 {
 		opts.Batches = 2
 	}
+	if opts.LocalKeys <= 0 {
+		opts.LocalKeys = 1 << 16
+	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
 		moveScript: rueidis.NewLuaScript(MoveScript())}
 	if !opts.NoCoalescing && c.Mode() != rueidis.ClientModeCluster {
@@ -218,6 +226,8 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.fallback = fb
+	s.local = newLocalSync(s, fb, opts.LocalKeys)
+	fb.ls = s.local
 	return s, nil
 }
 
@@ -365,6 +375,7 @@ func redact(raw string) string {
 
 // Close closes the store's connections (when New opened them).
 func (s *Store) Close() error {
+	s.local.close()
 	if s.co != nil {
 		s.co.close()
 	}
@@ -453,12 +464,17 @@ type Stats struct {
 	Timeouts int64 // calls that ran out of time
 	Degraded int64 // decisions made by failure modes
 	Breaker  bool  // the breaker is open: calls go straight to failure modes
+	// LocalCharged counts the requests admitted by rules failing to local
+	// and charged back to Redis when it answered again; LocalUntracked the
+	// local decisions on keys that found no room to be seeded and charged
+	// back (Options.LocalKeys; localsync.go).
+	LocalCharged, LocalUntracked int64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
-		Degraded: s.degraded.Load(), Breaker: s.breakerOpen()}
+		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
 }
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
@@ -498,6 +514,9 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		}
 		return s.degrade(ctx, now, &op, errNoTime), nil
 	}
+	if s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		s.local.settle(sctx, now, []floodgate.Op{op})
+	}
 	s.calls.Add(1)
 	var d floodgate.Decision
 	var err error
@@ -521,6 +540,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	}
 	if err == nil {
 		brk.success()
+		s.local.answered(&op, &d, now)
 		return d, nil
 	}
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure
@@ -597,6 +617,9 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		}
 		return nil
 	}
+	if s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		s.local.settle(sctx, now, ops)
+	}
 	s.calls.Add(int64(len(ops)))
 	errs := make([]error, len(ops))
 	w := getWaiter(len(ops))
@@ -620,6 +643,7 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 	var firstErr error
 	for i, err := range errs {
 		if err == nil {
+			s.local.answered(&ops[i], &out[i], now)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -673,6 +697,13 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 	for i := range ops {
 		errs[i] = errBreakerOpen
 	}
+	if len(ask) > 0 && s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		asked := make([]floodgate.Op, len(ask))
+		for j, i := range ask {
+			asked[j] = ops[i]
+		}
+		s.local.settle(sctx, now, asked)
+	}
 	if len(ask) > 0 {
 		s.calls.Add(int64(len(ask)))
 		pas := make([]*policyArgs, len(ask))
@@ -703,6 +734,7 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 		switch {
 		case err == nil:
 			brks[i].success()
+			s.local.answered(&ops[i], &out[i], now)
 			continue
 		case err == errBreakerOpen:
 			out[i] = s.degrade(ctx, now, &ops[i], nil)
