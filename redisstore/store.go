@@ -100,6 +100,7 @@ type Store struct {
 	batchScript *rueidis.Lua
 	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
 	co          *coalescer   // nil: every decision is a call of its own
+	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
 
 	libMu     sync.Mutex
@@ -213,6 +214,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	for i := range s.brks {
 		s.brks[i].threshold, s.brks[i].cooldown = opts.BreakerThreshold, opts.BreakerCooldown
 	}
+	if c.Mode() == rueidis.ClientModeSentinel {
+		s.follow = newFollower(c, s.switched)
+	}
 	fb, err := newFallback()
 	if err != nil {
 		return nil, err
@@ -312,6 +316,7 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 			return co, fmt.Errorf("redisstore: store URL %s: name the master after the hosts: redis-sentinel://host:port/master-name", redact(raw))
 		}
 		co.Sentinel.Username, co.Sentinel.Password = co.Username, co.Password
+		co.Sentinel.TopologyRefreshInterval = sentinelRefresh
 	} else if strings.Trim(path, "/") != "" {
 		return co, fmt.Errorf("redisstore: store URL %s: a cluster has no database number", redact(raw))
 	}

@@ -1,0 +1,232 @@
+package redistest
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A Switch is one +switch-master event of a sentinel, as a test saw it.
+type Switch struct {
+	At   time.Time // when the event arrived
+	From string    // the old master, host:port
+	To   string    // the new master, host:port
+}
+
+// WatchSwitch subscribes to the sentinel's +switch-master channel and
+// returns a channel that receives each switch of s's master, at the moment
+// the event arrives (the same event rueidis's sentinel client follows).
+// The subscription ends with the test.
+func (s *SentinelSet) WatchSwitch(t testing.TB) <-chan Switch {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Sentinel.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatalf("connect to the sentinel %s: %v", s.Sentinel.Addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan Switch, 16)
+	subscribed := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dc, release := c.Dedicate()
+		defer release()
+		wait := dc.SetPubSubHooks(rueidis.PubSubHooks{
+			OnSubscription: func(rueidis.PubSubSubscription) { close(subscribed) },
+			OnMessage: func(m rueidis.PubSubMessage) {
+				// <master name> <old ip> <old port> <new ip> <new port>
+				f := strings.Fields(m.Message)
+				if len(f) == 5 && f[0] == s.Name {
+					out <- Switch{At: time.Now(), From: net.JoinHostPort(f[1], f[2]), To: net.JoinHostPort(f[3], f[4])}
+				}
+			},
+		})
+		dc.Do(ctx, dc.B().Subscribe().Channel("+switch-master").Build())
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+	}()
+	select {
+	case <-subscribed:
+	case <-done:
+		t.Fatalf("SUBSCRIBE +switch-master on %s failed", s.Sentinel.Addr)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("SUBSCRIBE +switch-master on %s: no confirmation within 10s", s.Sentinel.Addr)
+	}
+	t.Cleanup(func() {
+		cancel()
+		c.Close()
+		<-done
+	})
+	return out
+}
+
+// A NodeSample is one reading of a server's INFO.
+type NodeSample struct {
+	Sent, At time.Time // when INFO was sent, and when its answer came
+	Calls    int64     // how many times the server has run the command sampled
+	Master   bool      // the server's role is master
+}
+
+// A CallSampler reads, every few milliseconds, how many times each of some
+// servers has run a command (INFO commandstats) and its role: which node
+// a client's calls go to, over time, and when a replica became a master.
+type CallSampler struct {
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	samples [][]NodeSample // per server, in time order
+}
+
+// SampleCalls starts reading, every interval, how many times each server
+// at addrs has run cmd (lower case, as INFO commandstats names it: "fcall"),
+// until Stop or the test's end.
+func SampleCalls(t testing.TB, cmd string, interval time.Duration, addrs ...string) *CallSampler {
+	t.Helper()
+	cs := &CallSampler{stop: make(chan struct{}), done: make(chan struct{}), samples: make([][]NodeSample, len(addrs))}
+	clients := make([]rueidis.Client, len(addrs))
+	for i, a := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatalf("connect to %s: %v", a, err)
+		}
+		clients[i] = c
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				sent := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				info, err := c.Do(ctx, c.B().Info().Section("commandstats", "replication").Build()).ToString()
+				cancel()
+				if err == nil {
+					calls, master := parseInfo(info, cmd)
+					cs.mu.Lock()
+					cs.samples[i] = append(cs.samples[i], NodeSample{Sent: sent, At: time.Now(), Calls: calls, Master: master})
+					cs.mu.Unlock()
+				}
+				select {
+				case <-cs.stop:
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		for _, c := range clients {
+			c.Close()
+		}
+		close(cs.done)
+	}()
+	t.Cleanup(func() { cs.Stop() })
+	return cs
+}
+
+// parseInfo reads the calls of cmd and the role from INFO's answer.
+func parseInfo(info, cmd string) (calls int64, master bool) {
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			calls, _ = strconv.ParseInt(n, 10, 64)
+		}
+		if line == "role:master" {
+			master = true
+		}
+	}
+	return calls, master
+}
+
+// Stop ends the sampling and returns each server's samples, in the order
+// of the addresses given to SampleCalls.
+func (cs *CallSampler) Stop() [][]NodeSample {
+	select {
+	case <-cs.stop:
+	default:
+		close(cs.stop)
+	}
+	<-cs.done
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.samples
+}
+
+// LastChange returns the time of the first sample at which the calls
+// counted reached their final number: the latest a call can have arrived
+// (zero without samples).
+func LastChange(samples []NodeSample) time.Time {
+	if len(samples) == 0 {
+		return time.Time{}
+	}
+	last := samples[len(samples)-1].Calls
+	for _, s := range samples {
+		if s.Calls == last {
+			return s.At
+		}
+	}
+	return time.Time{}
+}
+
+// CallsAt returns the calls counted by the last sample sent at or before t
+// (0 when none was).
+func CallsAt(samples []NodeSample, t time.Time) int64 {
+	var n int64
+	for _, s := range samples {
+		if s.Sent.After(t) {
+			break
+		}
+		n = s.Calls
+	}
+	return n
+}
+
+// FirstAbove returns the arrival time of the first sample whose calls
+// exceed n (zero if none does).
+func FirstAbove(samples []NodeSample, n int64) time.Time {
+	for _, s := range samples {
+		if s.Calls > n {
+			return s.At
+		}
+	}
+	return time.Time{}
+}
+
+// Promoted returns when a replica's samples first show it a master: after
+// the sending of the sample before (the earliest it can have happened) and
+// by the arrival of the first one that shows it. ok is false if none does.
+func Promoted(samples []NodeSample) (after, by time.Time, ok bool) {
+	for i, s := range samples {
+		if s.Master {
+			if i > 0 {
+				after = samples[i-1].Sent
+			}
+			return after, s.At, true
+		}
+	}
+	return time.Time{}, time.Time{}, false
+}
+
+// Failover asks the sentinel to fail over (SENTINEL FAILOVER), retrying
+// while it does not yet know a replica to promote, and returns when it
+// agreed.
+func (s *SentinelSet) Failover(t testing.TB) time.Time {
+	t.Helper()
+	var out string
+	WaitFor(t, 20*time.Second, "SENTINEL FAILOVER "+s.Name+" accepted", func() bool {
+		out, _ = Cmd(s.Sentinel.Addr, "SENTINEL", "FAILOVER", s.Name)
+		return out == "OK"
+	})
+	return time.Now()
+}
