@@ -73,6 +73,7 @@ type NodeSample struct {
 	Sent, At time.Time // when INFO was sent, and when its answer came
 	Calls    int64     // how many times the server has run the command sampled
 	Master   bool      // the server's role is master
+	Copying  bool      // the server is a replica whose link to its master is up
 }
 
 // A CallSampler reads, every few milliseconds, how many times each of some
@@ -87,13 +88,14 @@ type CallSampler struct {
 
 // SampleCalls starts reading, every interval, how many times each server
 // at addrs has run cmd (lower case, as INFO commandstats names it: "fcall"),
-// until Stop or the test's end.
-func SampleCalls(t testing.TB, cmd string, interval time.Duration, addrs ...string) *CallSampler {
+// until Stop or the test's end, logged in as user with pass (none: the
+// default user).
+func SampleCalls(t testing.TB, user, pass, cmd string, interval time.Duration, addrs ...string) *CallSampler {
 	t.Helper()
 	cs := &CallSampler{stop: make(chan struct{}), done: make(chan struct{}), samples: make([][]NodeSample, len(addrs))}
 	clients := make([]rueidis.Client, len(addrs))
 	for i, a := range addrs {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, ForceSingleClient: true, DisableCache: true})
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, Username: user, Password: pass, ForceSingleClient: true, DisableCache: true})
 		if err != nil {
 			t.Fatalf("connect to %s: %v", a, err)
 		}
@@ -110,9 +112,9 @@ func SampleCalls(t testing.TB, cmd string, interval time.Duration, addrs ...stri
 				info, err := c.Do(ctx, c.B().Info().Section("commandstats", "replication").Build()).ToString()
 				cancel()
 				if err == nil {
-					calls, master := parseInfo(info, cmd)
+					calls, master, copying := parseInfo(info, cmd)
 					cs.mu.Lock()
-					cs.samples[i] = append(cs.samples[i], NodeSample{Sent: sent, At: time.Now(), Calls: calls, Master: master})
+					cs.samples[i] = append(cs.samples[i], NodeSample{Sent: sent, At: time.Now(), Calls: calls, Master: master, Copying: copying})
 					cs.mu.Unlock()
 				}
 				select {
@@ -134,19 +136,23 @@ func SampleCalls(t testing.TB, cmd string, interval time.Duration, addrs ...stri
 	return cs
 }
 
-// parseInfo reads the calls of cmd and the role from INFO's answer.
-func parseInfo(info, cmd string) (calls int64, master bool) {
+// parseInfo reads the calls of cmd, the role and the state of a replica's
+// link from INFO's answer.
+func parseInfo(info, cmd string) (calls int64, master, copying bool) {
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
 			n, _, _ := strings.Cut(rest, ",")
 			calls, _ = strconv.ParseInt(n, 10, 64)
 		}
-		if line == "role:master" {
+		switch line {
+		case "role:master":
 			master = true
+		case "master_link_status:up":
+			copying = true
 		}
 	}
-	return calls, master
+	return calls, master, copying && !master
 }
 
 // Stop ends the sampling and returns each server's samples, in the order
@@ -203,12 +209,13 @@ func FirstAbove(samples []NodeSample, n int64) time.Time {
 	return time.Time{}
 }
 
-// Promoted returns when a replica's samples first show it a master: after
-// the sending of the sample before (the earliest it can have happened) and
-// by the arrival of the first one that shows it. ok is false if none does.
-func Promoted(samples []NodeSample) (after, by time.Time, ok bool) {
+// Detached returns when a replica's samples first show it no longer
+// copying its master (promoted, or its link down): after the sending of
+// the sample before (the earliest it can have happened) and by the arrival
+// of the first one that shows it. ok is false if none does.
+func Detached(samples []NodeSample) (after, by time.Time, ok bool) {
 	for i, s := range samples {
-		if s.Master {
+		if !s.Copying {
 			if i > 0 {
 				after = samples[i-1].Sent
 			}
@@ -229,4 +236,41 @@ func (s *SentinelSet) Failover(t testing.TB) time.Time {
 		return out == "OK"
 	})
 	return time.Now()
+}
+
+// AddUser adds an ACL user with every right to the master, the replica
+// and the sentinel: a client's own user, which HideMaster leaves alone.
+func (s *SentinelSet) AddUser(t testing.TB, user, pass string) {
+	t.Helper()
+	for _, n := range []*Server{s.Master, s.Replica, s.Sentinel} {
+		if out, err := Cmd(n.Addr, "ACL", "SETUSER", user, "on", ">"+pass, "~*", "&*", "+@all"); err != nil || out != "OK" {
+			t.Fatalf("ACL SETUSER %s on %s: %s %v", user, n.Addr, out, err)
+		}
+	}
+}
+
+// HideMaster shuts the sentinel (and the replica's link) out of the
+// master, which clients logged in as a user of their own (AddUser: user
+// and pass) still reach: a partition between the master and the
+// sentinels. It turns the master's default user off and drops its
+// connections. The sentinel finds the master down a second later and
+// promotes the replica, and can never make the old master a replica.
+func (s *SentinelSet) HideMaster(t testing.TB, user, pass string) {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Master.Addr}, Username: user, Password: pass,
+		ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatalf("connect to %s as %s: %v", s.Master.Addr, user, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, cmd := range []rueidis.Completed{
+		c.B().AclSetuser().Username("default").Rule("off").Build(),
+		c.B().ClientKill().User("default").Build(),
+	} {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			t.Fatalf("%v on %s: %v", cmd.Commands(), s.Master.Addr, err)
+		}
+	}
 }
