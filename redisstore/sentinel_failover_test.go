@@ -55,14 +55,18 @@ type switchCall struct {
 func TestSentinelFailoverFollowsSwitch(t *testing.T) {
 	set := redistest.Sentinel(t)
 	set.AddUser(t, "fg", "fg-pw")
-	runSwitch(t, set, func() { set.Failover(t) })
+	runSwitch(t, set, switchFollow, func(events <-chan redistest.Switch) redistest.Switch {
+		set.Failover(t)
+		return awaitSwitch(t, set, events)
+	})
 }
 
 // runSwitch makes decisions from concurrent callers through a store on
-// set (logged in as the user fg, password fg-pw: AddUser), calls trigger (which makes the sentinels switch masters) and checks,
-// from the moment a subscriber sees +switch-master:
-//   - the old master takes no decision after switchFollow, and the new
-//     one takes one within it;
+// set (logged in as the user fg, password fg-pw: AddUser), calls trigger,
+// which makes the sentinels switch set's master to its replica and returns
+// the switch as the sentinels made it known, and checks, from then:
+//   - the old master takes no decision after follow, and the new one
+//     takes one within it;
 //   - no key admits more than its limit plus what the old master admitted
 //     that the new master does not know (replication loss), and the
 //     decisions the new master misses were all made on the old master
@@ -70,7 +74,7 @@ func TestSentinelFailoverFollowsSwitch(t *testing.T) {
 //     its link; less replLag);
 //   - no call waits past the store's timeout (plus faultMargin), and none
 //     fails.
-func runSwitch(t *testing.T, set *redistest.SentinelSet, trigger func()) {
+func runSwitch(t *testing.T, set *redistest.SentinelSet, follow time.Duration, trigger func(events <-chan redistest.Switch) redistest.Switch) {
 	s, err := redisstore.New("redis-sentinel://fg:fg-pw@"+set.Sentinel.Addr+"/"+set.Name, redisstore.Options{
 		Timeout: switchTimeout, BreakerCooldown: 100 * time.Millisecond, ClientTime: true})
 	if err != nil {
@@ -92,6 +96,9 @@ func runSwitch(t *testing.T, set *redistest.SentinelSet, trigger func()) {
 	start := time.Now()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	stopLoad := func() { stopOnce.Do(func() { close(stop); wg.Wait() }) }
+	defer stopLoad()
 	const callers = 8
 	calls := make([][]switchCall, callers)
 	for g := range callers {
@@ -112,23 +119,14 @@ func runSwitch(t *testing.T, set *redistest.SentinelSet, trigger func()) {
 		})
 	}
 	time.Sleep(time.Second) // load on the old master first
-	trigger()
-	var sw redistest.Switch
-	select {
-	case sw = <-switches:
-	case <-time.After(30 * time.Second):
-		close(stop)
-		wg.Wait()
-		t.Fatalf("no +switch-master within 30s; the sentinel's log:\n%s", set.Sentinel.Log())
-	}
+	sw := trigger(switches)
 	if sw.From != set.Master.Addr || sw.To != set.Replica.Addr {
 		t.Fatalf("switch %s -> %s, want %s -> %s", sw.From, sw.To, set.Master.Addr, set.Replica.Addr)
 	}
 	// Three times the bound: a store still on the old master is seen there
 	// (Sentinel demotes it only after about 10 s).
-	time.Sleep(time.Until(sw.At.Add(3 * switchFollow)))
-	close(stop)
-	wg.Wait()
+	time.Sleep(time.Until(sw.At.Add(3 * follow)))
+	stopLoad()
 	end := time.Now()
 	smp := samples.Stop()
 	old, nw := smp[0], smp[1]
@@ -145,16 +143,16 @@ func runSwitch(t *testing.T, set *redistest.SentinelSet, trigger func()) {
 	if !ok {
 		t.Fatal("the replica never stopped copying the old master")
 	}
-	t.Logf("replica stopped copying the old master %s..%s before +switch-master; old master's last call by %s after it (%d calls on it after it); new master's first by %s after it (zero time: none)",
+	t.Logf("replica stopped copying the old master %s..%s before the switch; old master's last call by %s after it (%d calls on it after it); new master's first by %s after it (zero time: none)",
 		sw.At.Sub(detachedBy), sw.At.Sub(detachedAfter), lastOld.Sub(sw.At), old[len(old)-1].Calls-atSwitch, firstNew.Sub(sw.At))
-	if lastOld.Sub(sw.At) > switchFollow {
-		t.Errorf("the old master took calls until %s after +switch-master (%d calls after it; the test ended %s after it): want none after %s",
-			lastOld.Sub(sw.At), old[len(old)-1].Calls-atSwitch, end.Sub(sw.At), switchFollow)
+	if lastOld.Sub(sw.At) > follow {
+		t.Errorf("the old master took calls until %s after the switch (%d calls after it; the test ended %s after it): want none after %s",
+			lastOld.Sub(sw.At), old[len(old)-1].Calls-atSwitch, end.Sub(sw.At), follow)
 	}
 	if firstNew.IsZero() {
-		t.Errorf("the new master took no call in the %s after +switch-master, want one within %s", end.Sub(sw.At), switchFollow)
-	} else if firstNew.Sub(sw.At) > switchFollow {
-		t.Errorf("the new master took its first call %s after +switch-master, want within %s", firstNew.Sub(sw.At), switchFollow)
+		t.Errorf("the new master took no call in the %s after the switch, want one within %s", end.Sub(sw.At), follow)
+	} else if firstNew.Sub(sw.At) > follow {
+		t.Errorf("the new master took its first call %s after the switch, want within %s", firstNew.Sub(sw.At), follow)
 	}
 
 	// what each key admitted, against what the new master counted
@@ -230,5 +228,35 @@ func runSwitch(t *testing.T, set *redistest.SentinelSet, trigger func()) {
 func TestSentinelPartitionFollowsSwitch(t *testing.T) {
 	set := redistest.Sentinel(t)
 	set.AddUser(t, "fg", "fg-pw")
-	runSwitch(t, set, func() { set.HideMaster(t, "fg", "fg-pw") })
+	runSwitch(t, set, switchFollow, func(events <-chan redistest.Switch) redistest.Switch {
+		set.HideMaster(t, "fg", "fg-pw")
+		return awaitSwitch(t, set, events)
+	})
+}
+
+// awaitSwitch returns the +switch-master of set's master, as a subscriber
+// saw it.
+func awaitSwitch(t *testing.T, set *redistest.SentinelSet, events <-chan redistest.Switch) redistest.Switch {
+	t.Helper()
+	select {
+	case sw := <-events:
+		return sw
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no +switch-master within 30s; the sentinel's log:\n%s", set.Sentinel.Log())
+	}
+	panic("unreachable")
+}
+
+// A switch no client hears of (a +switch-master missed: rueidis's
+// subscription was being made again, or the sentinel it listened to was
+// cut off): the store follows the sentinels' view when rueidis next asks
+// them, within a second (sentinelRefresh), where it had stayed on the old
+// master for good.
+func TestSentinelSilentSwitchFollowed(t *testing.T) {
+	set := redistest.Sentinel(t)
+	set.AddUser(t, "fg", "fg-pw")
+	runSwitch(t, set, time.Second+switchFollow, func(<-chan redistest.Switch) redistest.Switch {
+		at := set.SwitchSilently(t)
+		return redistest.Switch{At: at, From: set.Master.Addr, To: set.Replica.Addr}
+	})
 }

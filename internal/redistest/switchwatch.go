@@ -274,3 +274,27 @@ func (s *SentinelSet) HideMaster(t testing.TB, user, pass string) {
 		}
 	}
 }
+
+// SwitchSilently makes the replica the master, in the sentinel's view too,
+// without a +switch-master event: REPLICAOF NO ONE on the replica, then
+// SENTINEL REMOVE and SENTINEL MONITOR of the replica under the same name.
+// A client that follows events alone (it missed the switch) stays on the
+// old master, which stays a master. It returns when the sentinel reports
+// the new master.
+func (s *SentinelSet) SwitchSilently(t testing.TB) time.Time {
+	t.Helper()
+	for _, c := range [][]string{
+		{s.Replica.Addr, "REPLICAOF", "NO", "ONE"},
+		{s.Sentinel.Addr, "SENTINEL", "REMOVE", s.Name},
+		{s.Sentinel.Addr, "SENTINEL", "MONITOR", s.Name, "127.0.0.1", strconv.Itoa(s.Replica.Port), "1"},
+	} {
+		if out, err := Cmd(c[0], c[1:]...); err != nil || out != "OK" {
+			t.Fatalf("%v on %s: %s %v", c[1:], c[0], out, err)
+		}
+	}
+	at := time.Now()
+	if out, _ := Cmd(s.Sentinel.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name); !strings.Contains(out, strconv.Itoa(s.Replica.Port)) {
+		t.Fatalf("the sentinel reports %q as the master, want %s", out, s.Replica.Addr)
+	}
+	return at
+}
