@@ -326,14 +326,14 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 	if n == 1 && !c.s.batchAlways { // a lone decision: the single call, no batch framing
 		w := batch[0]
 		r := c.s.callOn(ctx, sc.dc, w.keys[0], w.pas[0].singleArgs(w.nums[0]))
-		sc.broken = c.s.brokenBy(r.Error())
+		sc.broken = r.Error() != nil
 		w.dec[0], w.errs[0] = c.s.decideReply(w.pas[0], r)
 		c.wake(batch)
 		return
 	}
 	keys, args := batchArgs(batch, n)
 	r := c.s.callBatch(ctx, sc.dc, keys, args)
-	sc.broken = c.s.brokenBy(r.Error())
+	sc.broken = r.Error() != nil
 	replies, err := r.ToArray()
 	if err == nil && len(replies) != n {
 		err = errShortBatch

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +33,10 @@ const followEvery = 10 * time.Millisecond
 
 // sentinelRefresh is how often rueidis asks the Sentinels for the master
 // even without an event (SentinelOption.TopologyRefreshInterval): a missed
-// +switch-master, or a store that found its master a replica (READONLY),
-// is set right within this.
+// +switch-master, which left a store on the old master for good, is set
+// right within this. Meanwhile a node that answers as a replica
+// (READONLY) has its decisions refused, decided by the failure modes, and
+// its connection replaced.
 const sentinelRefresh = time.Second
 
 // A follower tracks the master rueidis's Sentinel client talks to.
@@ -86,18 +87,20 @@ func (f *follower) current(now time.Time) uint64 {
 	return f.gen.Load()
 }
 
-// recheck makes the next call check the master: a node answered as a
-// replica.
-func (f *follower) recheck() {
-	if f != nil {
-		f.next.Store(0)
-	}
-}
-
 // following is the generation of the master for a connection about to be
 // made or reused at now: the follower's, or 0 without one.
 func (s *Store) following(now time.Time) uint64 {
 	return s.follow.current(now)
+}
+
+// checkMaster checks, when a check is due, whether Sentinel has switched
+// masters: before a call asks the breaker, so that a breaker the old
+// master opened (it died) lets the next call try the new one at once,
+// rather than at its next probe.
+func (s *Store) checkMaster() {
+	if s.follow != nil {
+		s.follow.current(time.Now())
+	}
 }
 
 // switched is called once per change of master: every connection of the
@@ -109,19 +112,4 @@ func (s *Store) switched(from, to string) {
 		s.co.retireIdle(s.follow.gen.Load())
 	}
 	s.brks[0].success()
-}
-
-// brokenBy reports whether a call's error makes its connection one to give
-// back rather than reuse (any error does). A node that answers as a
-// replica (READONLY: Sentinel demoted it, or rueidis missed a switch) is
-// refused, its decision going to the failure modes, and makes the next
-// call check which node is the master.
-func (s *Store) brokenBy(err error) bool {
-	if err == nil {
-		return false
-	}
-	if e, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(e.Error(), "READONLY") {
-		s.follow.recheck()
-	}
-	return true
 }

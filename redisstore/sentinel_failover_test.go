@@ -55,14 +55,15 @@ type switchCall struct {
 func TestSentinelFailoverFollowsSwitch(t *testing.T) {
 	set := redistest.Sentinel(t)
 	set.AddUser(t, "fg", "fg-pw")
-	runSwitch(t, set, switchFollow, func(events <-chan redistest.Switch) redistest.Switch {
+	runSwitch(t, set, switchFollow, 100*time.Millisecond, func(events <-chan redistest.Switch) redistest.Switch {
 		set.Failover(t)
 		return awaitSwitch(t, set, events)
 	})
 }
 
 // runSwitch makes decisions from concurrent callers through a store on
-// set (logged in as the user fg, password fg-pw: AddUser), calls trigger,
+// set (logged in as the user fg, password fg-pw: AddUser; its breaker
+// probing every cooldown), calls trigger,
 // which makes the sentinels switch set's master to its replica and returns
 // the switch as the sentinels made it known, and checks, from then:
 //   - the old master takes no decision after follow, and the new one
@@ -74,9 +75,9 @@ func TestSentinelFailoverFollowsSwitch(t *testing.T) {
 //     its link; less replLag);
 //   - no call waits past the store's timeout (plus faultMargin), and none
 //     fails.
-func runSwitch(t *testing.T, set *redistest.SentinelSet, follow time.Duration, trigger func(events <-chan redistest.Switch) redistest.Switch) {
+func runSwitch(t *testing.T, set *redistest.SentinelSet, follow, cooldown time.Duration, trigger func(events <-chan redistest.Switch) redistest.Switch) {
 	s, err := redisstore.New("redis-sentinel://fg:fg-pw@"+set.Sentinel.Addr+"/"+set.Name, redisstore.Options{
-		Timeout: switchTimeout, BreakerCooldown: 100 * time.Millisecond, ClientTime: true})
+		Timeout: switchTimeout, BreakerCooldown: cooldown, ClientTime: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +116,11 @@ func runSwitch(t *testing.T, set *redistest.SentinelSet, follow time.Duration, t
 				c.end = time.Now()
 				c.allowed, c.deg, c.err = d.Allowed, d.Degraded, err
 				calls[g] = append(calls[g], c)
+				// paced: callers answered by the failure modes (in
+				// microseconds) would otherwise spin, and on a busy
+				// 2-core machine a goroutine then waits its turn for
+				// longer than any call to Redis
+				time.Sleep(time.Millisecond)
 			}
 		})
 	}
@@ -228,7 +234,7 @@ func runSwitch(t *testing.T, set *redistest.SentinelSet, follow time.Duration, t
 func TestSentinelPartitionFollowsSwitch(t *testing.T) {
 	set := redistest.Sentinel(t)
 	set.AddUser(t, "fg", "fg-pw")
-	runSwitch(t, set, switchFollow, func(events <-chan redistest.Switch) redistest.Switch {
+	runSwitch(t, set, switchFollow, 100*time.Millisecond, func(events <-chan redistest.Switch) redistest.Switch {
 		set.HideMaster(t, "fg", "fg-pw")
 		return awaitSwitch(t, set, events)
 	})
@@ -255,8 +261,21 @@ func awaitSwitch(t *testing.T, set *redistest.SentinelSet, events <-chan rediste
 func TestSentinelSilentSwitchFollowed(t *testing.T) {
 	set := redistest.Sentinel(t)
 	set.AddUser(t, "fg", "fg-pw")
-	runSwitch(t, set, time.Second+switchFollow, func(<-chan redistest.Switch) redistest.Switch {
+	runSwitch(t, set, time.Second+switchFollow, 100*time.Millisecond, func(<-chan redistest.Switch) redistest.Switch {
 		at := set.SwitchSilently(t)
 		return redistest.Switch{At: at, From: set.Master.Addr, To: set.Replica.Addr}
+	})
+}
+
+// The master dies under load: the breaker opens, and the failure modes
+// decide until Sentinel promotes the replica. At the switch, decisions go
+// to the new master at once, not at the breaker's next probe (here 10 s
+// away): the old master's failures say nothing of the new one.
+func TestSentinelMasterKilledFollowsSwitch(t *testing.T) {
+	set := redistest.Sentinel(t)
+	set.AddUser(t, "fg", "fg-pw")
+	runSwitch(t, set, switchFollow, 10*time.Second, func(events <-chan redistest.Switch) redistest.Switch {
+		set.Master.Kill()
+		return awaitSwitch(t, set, events)
 	})
 }

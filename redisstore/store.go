@@ -492,6 +492,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		return floodgate.Decision{}, errNoPolicy
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
+	s.checkMaster()
 	brk := s.breakerFor(key)
 	if !brk.allow() {
 		return s.degrade(ctx, now, &op, nil), nil
@@ -580,6 +581,7 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[0] = d
 		return nil
 	}
+	s.checkMaster()
 	if s.co == nil {
 		return s.doEach(ctx, now, ops, out)
 	}
