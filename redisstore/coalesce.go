@@ -79,7 +79,7 @@ func (sc *slotConn) retire() {
 // ended is kept for the next slot. An idle connection to a deposed
 // master (follow.go) is retired.
 func (c *coalescer) getConn(ctx context.Context) (*slotConn, error) {
-	gen := c.s.following(time.Now()) // read before Dedicate: see follower.current
+	gen := c.s.following() // read before Dedicate: see follower.current
 	c.mu.Lock()
 	for n := len(c.idle); n > 0; n = len(c.idle) {
 		sc := c.idle[n-1]
@@ -114,7 +114,7 @@ func (c *coalescer) putConn(sc *slotConn) {
 	if sc == nil {
 		return
 	}
-	if sc.gen != c.s.following(time.Now()) {
+	if sc.gen != c.s.following() {
 		sc.retire()
 		return
 	}
@@ -274,9 +274,8 @@ func (c *coalescer) release(sc *slotConn) {
 
 func (c *coalescer) drain(batch []*waiter, sc *slotConn) {
 	for ; batch != nil; batch = c.next(sc) {
-		now := time.Now()
-		ctx := c.s.timeoutContext(now)
-		if sc == nil || sc.broken || sc.gen != c.s.following(now) {
+		ctx := c.s.timeoutContext(time.Now())
+		if sc == nil || sc.broken || sc.gen != c.s.following() {
 			c.putConn(sc)
 			var err error
 			if sc, err = c.getConn(ctx); err != nil {

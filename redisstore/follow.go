@@ -69,9 +69,6 @@ func (f *follower) master() string {
 // dedicated: one made during a switch then counts as the old master's, at
 // worst retired once too often.
 func (f *follower) current(now time.Time) uint64 {
-	if f == nil {
-		return 0
-	}
 	if now.UnixNano() >= f.next.Load() && f.mu.TryLock() {
 		f.next.Store(now.Add(followEvery).UnixNano())
 		if addr := f.master(); addr != "" && addr != f.addr {
@@ -88,20 +85,19 @@ func (f *follower) current(now time.Time) uint64 {
 }
 
 // following is the generation of the master for a connection about to be
-// made or reused at now: the follower's, or 0 without one.
-func (s *Store) following(now time.Time) uint64 {
-	return s.follow.current(now)
+// made or reused: the follower's, or 0 without one.
+func (s *Store) following() uint64 {
+	if s.follow == nil {
+		return 0
+	}
+	return s.follow.current(time.Now())
 }
 
 // checkMaster checks, when a check is due, whether Sentinel has switched
 // masters: before a call asks the breaker, so that a breaker the old
 // master opened (it died) lets the next call try the new one at once,
 // rather than at its next probe.
-func (s *Store) checkMaster() {
-	if s.follow != nil {
-		s.follow.current(time.Now())
-	}
-}
+func (s *Store) checkMaster() { s.following() }
 
 // switched is called once per change of master: every connection of the
 // coalescer made to an earlier one is retired, and the breaker, which

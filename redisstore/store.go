@@ -174,7 +174,10 @@ func New(rawURL string, opts Options) (*Store, error) {
 }
 
 // NewWithClient returns a store on an existing rueidis client, which the
-// caller keeps ownership of.
+// caller keeps ownership of. On a Sentinel client the store follows the
+// client's master, its own connections included (follow.go); set
+// SentinelOption.TopologyRefreshInterval so that the client catches a
+// +switch-master it missed (New sets a second).
 func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "floodgate"
