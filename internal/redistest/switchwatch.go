@@ -169,20 +169,26 @@ func (cs *CallSampler) Stop() [][]NodeSample {
 	return cs.samples
 }
 
-// LastChange returns the time of the first sample at which the calls
-// counted reached their final number: the latest a call can have arrived
-// (zero without samples).
-func LastChange(samples []NodeSample) time.Time {
+// LastChange returns when the calls counted last changed: after the
+// sending of the last sample with fewer calls than the final number, and
+// by the arrival of the first with that number (zero times without
+// samples; after is zero if every sample has the final number). A busy
+// machine that delays the sampler widens the interval; after is the
+// latest the last call can be proven to have come.
+func LastChange(samples []NodeSample) (after, by time.Time) {
 	if len(samples) == 0 {
-		return time.Time{}
+		return time.Time{}, time.Time{}
 	}
 	last := samples[len(samples)-1].Calls
-	for _, s := range samples {
+	for i, s := range samples {
 		if s.Calls == last {
-			return s.At
+			if i > 0 {
+				after = samples[i-1].Sent
+			}
+			return after, s.At
 		}
 	}
-	return time.Time{}
+	return time.Time{}, time.Time{}
 }
 
 // CallsAt returns the calls counted by the last sample sent at or before t
@@ -198,15 +204,19 @@ func CallsAt(samples []NodeSample, t time.Time) int64 {
 	return n
 }
 
-// FirstAbove returns the arrival time of the first sample whose calls
-// exceed n (zero if none does).
-func FirstAbove(samples []NodeSample, n int64) time.Time {
-	for _, s := range samples {
+// FirstAbove returns when the calls counted first exceeded n: after the
+// sending of the sample before the first that shows it, and by the arrival
+// of that one (zero times if none does).
+func FirstAbove(samples []NodeSample, n int64) (after, by time.Time) {
+	for i, s := range samples {
 		if s.Calls > n {
-			return s.At
+			if i > 0 {
+				after = samples[i-1].Sent
+			}
+			return after, s.At
 		}
 	}
-	return time.Time{}
+	return time.Time{}, time.Time{}
 }
 
 // Detached returns when a replica's samples first show it no longer
