@@ -32,13 +32,19 @@ func (s *SentinelSet) WatchSwitch(t testing.TB) <-chan Switch {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan Switch, 16)
 	subscribed := make(chan struct{})
+	var once sync.Once
 	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		c.Close()
+		<-done
+	})
 	go func() {
 		defer close(done)
 		dc, release := c.Dedicate()
 		defer release()
 		wait := dc.SetPubSubHooks(rueidis.PubSubHooks{
-			OnSubscription: func(rueidis.PubSubSubscription) { close(subscribed) },
+			OnSubscription: func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) },
 			OnMessage: func(m rueidis.PubSubMessage) {
 				// <master name> <old ip> <old port> <new ip> <new port>
 				f := strings.Fields(m.Message)
@@ -60,11 +66,6 @@ func (s *SentinelSet) WatchSwitch(t testing.TB) <-chan Switch {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("SUBSCRIBE +switch-master on %s: no confirmation within 10s", s.Sentinel.Addr)
 	}
-	t.Cleanup(func() {
-		cancel()
-		c.Close()
-		<-done
-	})
 	return out
 }
 
@@ -97,6 +98,9 @@ func SampleCalls(t testing.TB, user, pass, cmd string, interval time.Duration, a
 	for i, a := range addrs {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, Username: user, Password: pass, ForceSingleClient: true, DisableCache: true})
 		if err != nil {
+			for _, c := range clients[:i] {
+				c.Close()
+			}
 			t.Fatalf("connect to %s: %v", a, err)
 		}
 		clients[i] = c
