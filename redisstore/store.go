@@ -104,6 +104,7 @@ type Store struct {
 	batchScript *rueidis.Lua
 	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
 	co          *coalescer   // nil: every decision is a call of its own
+	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
 
 	libMu     sync.Mutex
@@ -178,7 +179,10 @@ func New(rawURL string, opts Options) (*Store, error) {
 }
 
 // NewWithClient returns a store on an existing rueidis client, which the
-// caller keeps ownership of.
+// caller keeps ownership of. On a Sentinel client the store follows the
+// client's master, its own connections included (follow.go); set
+// SentinelOption.TopologyRefreshInterval so that the client catches a
+// +switch-master it missed (New sets a second).
 func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "floodgate"
@@ -220,6 +224,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	s.brks = make([]breaker, n)
 	for i := range s.brks {
 		s.brks[i].threshold, s.brks[i].cooldown = opts.BreakerThreshold, opts.BreakerCooldown
+	}
+	if c.Mode() == rueidis.ClientModeSentinel {
+		s.follow = newFollower(c, s.switched)
 	}
 	fb, err := newFallback()
 	if err != nil {
@@ -322,6 +329,7 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 			return co, fmt.Errorf("redisstore: store URL %s: name the master after the hosts: redis-sentinel://host:port/master-name", redact(raw))
 		}
 		co.Sentinel.Username, co.Sentinel.Password = co.Username, co.Password
+		co.Sentinel.TopologyRefreshInterval = sentinelRefresh
 	} else if strings.Trim(path, "/") != "" {
 		return co, fmt.Errorf("redisstore: store URL %s: a cluster has no database number", redact(raw))
 	}
@@ -503,6 +511,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		return floodgate.Decision{}, errNoPolicy
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
+	s.checkMaster()
 	brk := s.breakerFor(key)
 	if !brk.allow() {
 		return s.degrade(ctx, now, &op, nil), nil
@@ -595,6 +604,7 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[0] = d
 		return nil
 	}
+	s.checkMaster()
 	if s.co == nil {
 		return s.doEach(ctx, now, ops, out)
 	}
