@@ -20,7 +20,8 @@
 //
 // Optionally the store writes a snapshot of every key to a file at an
 // interval and on Close, and reads it back in New, so that a restart does
-// not hand out a fresh daily quota.
+// not hand out a fresh daily quota; and a journal of every change since
+// the last snapshot, so that a crash does not either.
 package memstore
 
 import (
@@ -67,6 +68,18 @@ type Options struct {
 	// writes every SnapshotInterval (default 1 minute) and on Close.
 	SnapshotPath     string
 	SnapshotInterval time.Duration // how often the snapshot is written (default 1 minute)
+	// JournalPath, when set (SnapshotPath must be too), keeps a journal of
+	// every state change since the last snapshot in files JournalPath.<n>,
+	// replayed over the snapshot in New, so that a crash loses at most the
+	// changes of about one JournalSync (see journal.go and SyncJournal).
+	JournalPath string
+	// JournalSync is how often the journal is written and fsynced
+	// (default 10 ms; negative: only at JournalSyncRecords, SyncJournal,
+	// a snapshot and Close).
+	JournalSync time.Duration
+	// JournalSyncRecords writes and fsyncs the journal as soon as this
+	// many records wait, before JournalSync is up (default 1000).
+	JournalSyncRecords int
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
 	// Logger receives snapshot errors and a warning for a policy decided
@@ -88,6 +101,8 @@ type Store struct {
 	bytes   atomic.Int64 // of key tables
 	evicted atomic.Int64
 	expired atomic.Int64
+
+	jr *journal // nil: no journal
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -132,19 +147,31 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.k0, s.k1 = le64(seed[:8]), le64(seed[8:])
+	if opts.JournalPath != "" && opts.SnapshotPath == "" {
+		return nil, errors.New("memstore: a journal needs a snapshot (JournalPath without SnapshotPath)")
+	}
 	if opts.SnapshotPath != "" {
 		// The tables are filled now (readSnapshot), not at each policy's
 		// first decision: that held the store's lock (every policy's
 		// first decision) for seconds after a restart with millions of
 		// keys, and callers with a deadline (Envoy's 20 ms) failed
 		// meanwhile.
-		if err := s.restore(opts.SnapshotPath); err != nil {
+		keyed, err := s.restore(opts.SnapshotPath)
+		if err != nil {
 			return nil, err
+		}
+		if opts.JournalPath != "" {
+			if s.jr, err = s.openJournal(opts.JournalPath, keyed); err != nil {
+				return nil, err
+			}
 		}
 		// a snapshot that cannot be written is said now, not at Close,
 		// when the state it was to keep is already lost
 		f, err := os.CreateTemp(filepath.Dir(opts.SnapshotPath), ".floodgate-snapshot-*")
 		if err != nil {
+			if s.jr != nil {
+				s.jr.close()
+			}
 			return nil, fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", opts.SnapshotPath, err)
 		}
 		f.Close()
@@ -154,6 +181,7 @@ func New(opts Options) (*Store, error) {
 		s.wg.Add(1)
 		go s.background()
 	}
+	s.startJournal()
 	return s, nil
 }
 
@@ -192,6 +220,9 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		if s.opts.SnapshotPath != "" {
 			s.closeErr = s.Snapshot(s.opts.SnapshotPath)
+		}
+		if s.jr != nil {
+			s.closeErr = errors.Join(s.closeErr, s.jr.close())
 		}
 	})
 	return s.closeErr
@@ -370,6 +401,9 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 			continue
 		}
 		sh.do(t, h, now, &op, &d)
+		if s.jr != nil && op.Kind != floodgate.OpPeek {
+			s.jr.key(t, sh, h)
+		}
 		sh.mu.Unlock()
 		return d, nil
 	}
@@ -418,6 +452,10 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 				tsh.deleteAt(tt, j)
 			}
 			fsh.deleteAt(ft, i) // another shard's insert left this one alone
+			if s.jr != nil {
+				s.jr.key(tt, tsh, h)
+				s.jr.key(ft, fsh, h)
+			}
 		}
 		second.mu.Unlock()
 		first.mu.Unlock()
@@ -475,6 +513,9 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 	for _, m := range ms {
 		if op := &ops[m.i]; op.Kind == floodgate.OpAllow && (all || !out[m.i].Allowed) {
 			m.sh.do(m.t, m.h, now, op, &out[m.i])
+			if s.jr != nil {
+				s.jr.key(m.t, m.sh, m.h)
+			}
 		}
 	}
 	for _, sh := range locked {

@@ -50,8 +50,17 @@ type snapHeader struct {
 }
 
 // Snapshot writes every key to path, atomically (a temporary file renamed
-// over path).
+// over path). A snapshot of the store's SnapshotPath with a journal
+// starts a new journal segment first and deletes the older ones once the
+// snapshot is in place.
 func (s *Store) Snapshot(path string) error {
+	if s.jr != nil && path == s.opts.SnapshotPath {
+		return s.jr.snapshot(path)
+	}
+	return s.snapshot(path)
+}
+
+func (s *Store) snapshot(path string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".floodgate-snapshot-*")
 	if err != nil {
 		return err
@@ -259,20 +268,21 @@ func (h snapHeader) policy() (*floodgate.Policy, error) {
 	return floodgate.NewPolicy(h.Policy, rules...)
 }
 
-// restore reads a snapshot; a missing file is no error.
-func (s *Store) restore(path string) error {
+// restore reads a snapshot and says whether there was one (whose hash key
+// the store now has); a missing file is no error.
+func (s *Store) restore(path string) (bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer f.Close()
 	if err := s.readSnapshot(bufio.NewReaderSize(f, 1<<16)); err != nil {
-		return fmt.Errorf("memstore: restore %s: %w", path, err)
+		return false, fmt.Errorf("memstore: restore %s: %w", path, err)
 	}
-	return nil
+	return true, nil
 }
 
 // readSnapshot reads a snapshot into the store's tables, a key at a time:

@@ -1,0 +1,621 @@
+package memstore
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// The journal keeps what the snapshot does not: every state change since
+// the last snapshot, so that a crash (kill -9, an OOM kill, a power loss)
+// loses at most the changes of one sync interval, not everything since the
+// last snapshot.
+//
+// Each change appends a record with the key's hash, its whole new state
+// and the policy it is under (the identity the snapshot keeps: the
+// policy's name and rules), to a buffer in memory, under the key's shard
+// lock, so that a key's records are in the order of its changes. A
+// background goroutine writes the buffer to the current segment file and
+// fsyncs it every Options.JournalSync, or as soon as JournalSyncRecords
+// records wait, whichever comes first: a group commit. A record is a whole
+// state, not the operation, so replaying a record twice, or over a
+// snapshot that already holds it, changes nothing.
+//
+// Segments are files named JournalPath.<16 hex digits>, numbered in order.
+// A snapshot of SnapshotPath first starts a new segment (the old one is
+// written and fsynced), then writes the snapshot, renames it into place,
+// fsyncs the directory and only then deletes the older segments: a crash
+// at any point leaves a snapshot and every segment written after it, and
+// a crash between the rename and the deletion leaves older segments as
+// well, which, replayed first, are overwritten by the newer records of
+// each key (or restore a key the snapshot no longer holds, never a less
+// consumed one than it was).
+//
+// Segment layout, little-endian:
+//
+//	magic "floodgate-journal\x00\x01", hash key k0, k1 (uint64 each),
+//	segment number (uint64), CRC-32C of the preceding 44 bytes (uint32)
+//	records: length n (uint32), CRC-32C of the n bytes that follow
+//	(uint32), then n bytes: a type byte and its payload
+//	    'P' policy id (uint32), words per key w (uint32), JSON header
+//	        (the snapshot's: policy name and rules)
+//	    'K' policy id (uint32), key hash (uint64), w-1 state words (int64)
+//	        (all zero: the key is gone, its state fresh)
+//
+// A policy's 'P' record comes before its keys' records in each segment.
+const journalMagic = "floodgate-journal\x00\x01"
+
+const (
+	journalHeaderLen = len(journalMagic) + 28
+	recPolicy        = 'P'
+	recKey           = 'K'
+	maxRecord        = 1 << 26 // a record's bytes at most (a sliding log of 8 M)
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// journal is a store's journal.
+type journal struct {
+	s     *Store
+	base  string // segment paths: base.%016x
+	syncN int
+	kick  chan struct{} // the flusher's wake-up at syncN records
+
+	mu      sync.Mutex // guards what follows up to wmu
+	buf     []byte     // records not yet written
+	pending int        // records in buf
+	pols    map[*floodgate.Policy]uint32
+	f       *os.File // the current segment
+	seq     uint64   // its number
+	closed  bool
+
+	wmu   sync.Mutex // one writer at a time (flush, rotate, close)
+	spare []byte     // under wmu: the buffer the next swap hands out
+
+	snapMu sync.Mutex // one journaled snapshot at a time
+
+	records, writes, syncs, errs atomic.Int64
+	dropped                      atomic.Int64 // records lost to write errors
+}
+
+// JournalStats are a journal's counters.
+type JournalStats struct {
+	Records int64  // records appended
+	Syncs   int64  // write and fsync rounds (group commits) done
+	Errors  int64  // write or fsync errors (each logged)
+	Lost    int64  // records lost to those errors
+	Segment uint64 // the current segment's number
+}
+
+// JournalStats returns the journal's counters (zero without a journal).
+func (s *Store) JournalStats() JournalStats {
+	j := s.jr
+	if j == nil {
+		return JournalStats{}
+	}
+	j.mu.Lock()
+	seq := j.seq
+	j.mu.Unlock()
+	return JournalStats{Records: j.records.Load(), Syncs: j.syncs.Load(), Errors: j.errs.Load(), Lost: j.dropped.Load(), Segment: seq}
+}
+
+// SyncJournal writes every record appended so far to the journal and
+// fsyncs it, as the background flusher does every JournalSync.
+func (s *Store) SyncJournal() error {
+	if s.jr == nil {
+		return nil
+	}
+	return s.jr.flush()
+}
+
+// openJournal replays the journal's segments over the restored snapshot
+// (keyed: the snapshot set the hash key) and starts a new segment. It runs
+// in New, before the store is shared.
+func (s *Store) openJournal(base string, keyed bool) (*journal, error) {
+	j := &journal{s: s, base: base, syncN: s.opts.JournalSyncRecords, kick: make(chan struct{}, 1),
+		pols: map[*floodgate.Policy]uint32{}}
+	if j.syncN <= 0 {
+		j.syncN = defaultJournalSyncRecords
+	}
+	seqs, err := j.segments()
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Clock.NowMicro()
+	for _, seq := range seqs {
+		path := j.path(seq)
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("memstore: journal: %w", err)
+		}
+		rep := s.replay(bufio.NewReaderSize(f, 1<<16), &keyed, now)
+		f.Close()
+		if rep.err != nil {
+			return nil, fmt.Errorf("memstore: journal %s: %w", path, rep.err)
+		}
+		if rep.bad != "" {
+			s.opts.Logger.Warn("memstore: journal segment damaged: the records before the damage were replayed, the rest of the segment is dropped",
+				"path", path, "offset", rep.off, "records", rep.n, "damage", rep.bad)
+		} else {
+			s.opts.Logger.Info("memstore: journal replayed", "path", path, "records", rep.n)
+		}
+		j.seq = seq
+	}
+	f, err := j.create(j.seq + 1)
+	if err != nil {
+		return nil, err
+	}
+	j.f, j.seq = f, j.seq+1
+	return j, nil
+}
+
+// segments lists the journal's segment numbers, in order.
+func (j *journal) segments() ([]uint64, error) {
+	dir, prefix := filepath.Dir(j.base), filepath.Base(j.base)+"."
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: journal: %w", err)
+	}
+	var seqs []uint64
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) || len(name) != len(prefix)+16 || !e.Type().IsRegular() {
+			continue
+		}
+		if seq, err := strconv.ParseUint(name[len(prefix):], 16, 64); err == nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+func (j *journal) path(seq uint64) string { return fmt.Sprintf("%s.%016x", j.base, seq) }
+
+// create makes segment seq with its header, fsynced with its directory.
+func (j *journal) create(seq uint64) (*os.File, error) {
+	f, err := os.OpenFile(j.path(seq), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: journal: %w", err)
+	}
+	_, err = f.Write(journalHeader(j.s.k0, j.s.k1, seq))
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(j.base))
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("memstore: journal: %w", err)
+	}
+	return f, nil
+}
+
+func journalHeader(k0, k1, seq uint64) []byte {
+	le := binary.LittleEndian
+	b := []byte(journalMagic)
+	b = le.AppendUint64(b, k0)
+	b = le.AppendUint64(b, k1)
+	b = le.AppendUint64(b, seq)
+	return le.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	d.Close()
+	return err
+}
+
+// key appends a record of key h's state in shard sh of t (absent: a
+// fresh, zero state). The shard is locked.
+func (j *journal) key(t *table, sh *shard, h uint64) {
+	var state []int64
+	if i := sh.find(h); i >= 0 {
+		state = sh.state(i)
+	}
+	j.record(t.policy.Load(), h, state)
+}
+
+// record appends a record of key h's state under p (nil: zero).
+func (j *journal) record(p *floodgate.Policy, h uint64, state []int64) {
+	le := binary.LittleEndian
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return
+	}
+	id, ok := j.pols[p]
+	if !ok {
+		id = j.declare(p)
+	}
+	w := p.Width()
+	start := len(j.buf)
+	j.buf = slices.Grow(j.buf, 8+13+8*w)
+	j.buf = append(j.buf, 0, 0, 0, 0, 0, 0, 0, 0, recKey)
+	j.buf = le.AppendUint32(j.buf, id)
+	j.buf = le.AppendUint64(j.buf, h)
+	if state == nil {
+		j.buf = append(j.buf, make([]byte, 8*w)...)
+	} else {
+		for _, x := range state[:w] {
+			j.buf = le.AppendUint64(j.buf, uint64(x))
+		}
+	}
+	seal(j.buf[start:])
+	j.pending++
+	j.records.Add(1)
+	if j.pending >= j.syncN {
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
+	}
+	j.mu.Unlock()
+}
+
+// declare appends p's 'P' record and returns its id in this segment.
+// j.mu is held.
+func (j *journal) declare(p *floodgate.Policy) uint32 {
+	le := binary.LittleEndian
+	id := uint32(len(j.pols))
+	j.pols[p] = id
+	hdr, err := json.Marshal(header(p))
+	if err != nil { // plain values: cannot happen
+		panic(err)
+	}
+	start := len(j.buf)
+	j.buf = append(j.buf, 0, 0, 0, 0, 0, 0, 0, 0, recPolicy)
+	j.buf = le.AppendUint32(j.buf, id)
+	j.buf = le.AppendUint32(j.buf, uint32(1+p.Width()))
+	j.buf = append(j.buf, hdr...)
+	seal(j.buf[start:])
+	return id
+}
+
+// seal fills in a record's length and checksum.
+func seal(rec []byte) {
+	body := rec[8:]
+	binary.LittleEndian.PutUint32(rec, uint32(len(body)))
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(body, crcTable))
+}
+
+// Journal defaults (Options.JournalSync, JournalSyncRecords).
+const (
+	defaultJournalSync        = 10 * time.Millisecond
+	defaultJournalSyncRecords = 1000
+)
+
+// startJournal starts the journal's flusher, if there is a journal.
+func (s *Store) startJournal() {
+	if s.jr == nil {
+		return
+	}
+	var tick <-chan time.Time
+	d := s.opts.JournalSync
+	if d == 0 {
+		d = defaultJournalSync
+	}
+	var ticker *time.Ticker
+	if d > 0 {
+		ticker = time.NewTicker(d)
+		tick = ticker.C
+	}
+	s.wg.Add(1)
+	go func() {
+		if ticker != nil {
+			defer ticker.Stop()
+		}
+		s.jr.run(s.stop, tick)
+	}()
+}
+
+// run is the flusher: a group commit every tick (nil: none) and whenever
+// syncN records wait, until stop.
+func (j *journal) run(stop <-chan struct{}, tick <-chan time.Time) {
+	defer j.s.wg.Done()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick:
+		case <-j.kick:
+		}
+		j.flush()
+	}
+}
+
+// take hands out the records buffered so far and the segment they go to.
+// wmu is held.
+func (j *journal) take() ([]byte, int, *os.File) {
+	j.mu.Lock()
+	b, n, f := j.buf, j.pending, j.f
+	j.buf, j.pending = j.spare[:0], 0
+	j.mu.Unlock()
+	return b, n, f
+}
+
+// flush writes the buffered records and fsyncs the segment.
+func (j *journal) flush() error {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	b, n, f := j.take()
+	err := j.write(f, b, n, true)
+	j.spare = b[:0]
+	return err
+}
+
+// write writes n records (b) to f, then fsyncs it if sync. An error is
+// logged and counted; its records are lost. wmu is held.
+func (j *journal) write(f *os.File, b []byte, n int, sync bool) error {
+	if len(b) == 0 || f == nil {
+		return nil
+	}
+	_, err := f.Write(b)
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if err != nil {
+		j.errs.Add(1)
+		j.dropped.Add(int64(n))
+		j.s.opts.Logger.Error("memstore: journal write failed: these changes would be lost in a crash before the next snapshot",
+			"path", f.Name(), "records", n, "err", err)
+		return fmt.Errorf("memstore: journal: %w", err)
+	}
+	j.writes.Add(1)
+	if sync {
+		j.syncs.Add(1)
+	}
+	return nil
+}
+
+// rotate starts a new segment, then writes and fsyncs the records left
+// for the old one and closes it. It returns the new segment's number:
+// every change made before rotate returned is in a segment before it.
+func (j *journal) rotate() (uint64, error) {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	j.mu.Lock()
+	seq, closed := j.seq+1, j.closed
+	j.mu.Unlock()
+	if closed {
+		return 0, errors.New("memstore: journal closed")
+	}
+	nf, err := j.create(seq)
+	if err != nil {
+		return 0, err
+	}
+	j.mu.Lock()
+	b, n, of := j.buf, j.pending, j.f
+	j.buf, j.pending, j.f, j.seq = j.spare[:0], 0, nf, seq
+	clear(j.pols)
+	j.mu.Unlock()
+	err = j.write(of, b, n, true)
+	j.spare = b[:0]
+	if cerr := of.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return seq, err
+}
+
+// snapshot writes a snapshot to path in step with the journal: a new
+// segment first, the snapshot, then the segments before the new one go.
+func (j *journal) snapshot(path string) error {
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
+	seq, rerr := j.rotate()
+	if err := j.s.snapshot(path); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("memstore: snapshot %s: %w", path, err)
+	}
+	if rerr != nil {
+		// the old segment may miss records the snapshot holds: keep it
+		return rerr
+	}
+	seqs, err := j.segments()
+	if err != nil {
+		return err
+	}
+	for _, old := range seqs {
+		if old < seq {
+			if err := os.Remove(j.path(old)); err != nil {
+				return fmt.Errorf("memstore: journal: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// close writes what is buffered and closes the segment; records appended
+// afterwards are dropped.
+func (j *journal) close() error {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	b, n, f := j.take()
+	err := j.write(f, b, n, true)
+	j.mu.Lock()
+	j.closed, j.f = true, nil
+	j.mu.Unlock()
+	if f != nil {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// replayed is what replay found in a segment.
+type replayed struct {
+	n   int    // records replayed
+	off int64  // where the damage starts
+	bad string // what the damage is ("" none)
+	err error  // a segment that cannot be used (another hash key)
+}
+
+// replay applies one segment's records to the store's tables. It stops at
+// the first record that is not whole and valid (a torn tail: the crash
+// came in the middle of a write; or damage), reporting it: the records
+// before it are applied, nothing of it or after it. keyed says whether
+// the store's hash key is known (from the snapshot or a segment before);
+// if not, the segment's is taken.
+func (s *Store) replay(r io.Reader, keyed *bool, now int64) (rep replayed) {
+	le := binary.LittleEndian
+	head := make([]byte, journalHeaderLen)
+	if n, err := io.ReadFull(r, head); err != nil {
+		rep.bad = fmt.Sprintf("a segment header cut short at %d of %d bytes", n, journalHeaderLen)
+		if n == 0 {
+			rep.bad = "" // created, nothing written: nothing lost
+		}
+		return rep
+	}
+	if string(head[:len(journalMagic)]) != journalMagic {
+		rep.bad = "not a floodgate journal segment (or another version)"
+		return rep
+	}
+	if crc32.Checksum(head[:journalHeaderLen-4], crcTable) != le.Uint32(head[journalHeaderLen-4:]) {
+		rep.bad = "the segment header's checksum does not match"
+		return rep
+	}
+	k0, k1 := le.Uint64(head[len(journalMagic):]), le.Uint64(head[len(journalMagic)+8:])
+	switch {
+	case !*keyed:
+		s.k0, s.k1, *keyed = k0, k1, true
+	case k0 != s.k0 || k1 != s.k1:
+		rep.err = errors.New("the segment was written under another hash key than the snapshot's (a journal from another store?): move it away to start from the snapshot alone")
+		return rep
+	}
+	rep.off = int64(journalHeaderLen)
+	pols := map[uint32]*floodgate.Policy{}
+	var lb [8]byte
+	var body []byte
+	var state []int64
+	for {
+		n, err := io.ReadFull(r, lb[:])
+		if err == io.EOF {
+			return rep
+		}
+		if err != nil {
+			rep.bad = fmt.Sprintf("a torn record: %d bytes of its 8-byte head", n)
+			return rep
+		}
+		size := le.Uint32(lb[:])
+		if size < 1 || size > maxRecord {
+			rep.bad = fmt.Sprintf("a record of %d bytes", size)
+			return rep
+		}
+		if cap(body) < int(size) {
+			body = make([]byte, size)
+		}
+		body = body[:size]
+		if n, err := io.ReadFull(r, body); err != nil {
+			rep.bad = fmt.Sprintf("a torn record: %d of its %d bytes", n, size)
+			return rep
+		}
+		if crc32.Checksum(body, crcTable) != le.Uint32(lb[4:]) {
+			rep.bad = "a record whose checksum does not match"
+			return rep
+		}
+		if bad := s.replayRecord(body, pols, &state, now); bad != "" {
+			rep.bad = bad
+			return rep
+		}
+		rep.n++
+		rep.off += 8 + int64(size)
+	}
+}
+
+// replayRecord applies one whole record, or says what is wrong with it.
+func (s *Store) replayRecord(body []byte, pols map[uint32]*floodgate.Policy, state *[]int64, now int64) string {
+	le := binary.LittleEndian
+	switch body[0] {
+	case recPolicy:
+		if len(body) < 9 {
+			return "a policy record cut short"
+		}
+		id, w := le.Uint32(body[1:]), le.Uint32(body[5:])
+		var h snapHeader
+		if err := json.Unmarshal(body[9:], &h); err != nil {
+			return fmt.Sprintf("a policy record: %v", err)
+		}
+		p, err := h.policy()
+		if err != nil {
+			return fmt.Sprintf("a policy record (policy %q): %v", h.Policy, err)
+		}
+		if int(w) != 1+p.Width() {
+			return fmt.Sprintf("a policy record (policy %q): %d words per key, want %d", h.Policy, w, 1+p.Width())
+		}
+		pols[id] = p
+		return ""
+	case recKey:
+		if len(body) < 13 {
+			return "a key record cut short"
+		}
+		p := pols[le.Uint32(body[1:])]
+		if p == nil {
+			return fmt.Sprintf("a key record under policy id %d, not declared before it", le.Uint32(body[1:]))
+		}
+		h := le.Uint64(body[5:])
+		if h == 0 || len(body) != 13+8*p.Width() {
+			return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*p.Width())
+		}
+		st := slices.Grow((*state)[:0], p.Width())[:p.Width()]
+		*state = st
+		for i := range st {
+			st[i] = int64(le.Uint64(body[13+8*i:]))
+		}
+		if !p.ValidState(st) {
+			return fmt.Sprintf("a key record of policy %q: a state no rule of the policy could have written", p.Name())
+		}
+		s.replayKey(p, h, st, now)
+		return ""
+	}
+	return fmt.Sprintf("a record of unknown type %q", body[0])
+}
+
+// replayKey sets key h of policy p to state (fresh: drops the key). A
+// table under another layout of the name is converted to p first, as the
+// live store did when p came.
+func (s *Store) replayKey(p *floodgate.Policy, h uint64, state []int64, now int64) {
+	t := s.byName[p.Name()]
+	switch {
+	case t == nil:
+		t = s.newTable(p)
+		t.restored = true
+		s.byName[p.Name()] = t
+	case !t.policy.Load().SameLayout(p):
+		t.migrate(p, now)
+	}
+	sh := &t.shards[h>>t.shift]
+	i := sh.find(h)
+	if p.Consumption(state, now) == 0 {
+		if i >= 0 {
+			sh.deleteAt(t, i)
+		}
+		return
+	}
+	if i < 0 {
+		i = sh.insert(t, p, h, now)
+	}
+	copy(sh.state(i), state)
+}
