@@ -75,16 +75,22 @@ type journal struct {
 	syncN int
 	kick  chan struct{} // the flusher's wake-up at syncN records
 
-	mu      sync.Mutex // guards what follows up to wmu
-	buf     []byte     // records not yet written
-	pending int        // records in buf
-	pols    map[*floodgate.Policy]uint32
-	f       *os.File // the current segment
-	seq     uint64   // its number
-	closed  bool
+	mu       sync.Mutex // guards what follows up to wmu
+	buf      []byte     // records not yet written
+	pending  int        // records in buf
+	appended uint64     // records appended in all
+	pols     map[*floodgate.Policy]uint32
+	f        *os.File // the current segment
+	seq      uint64   // its number
+	closed   bool
 
-	wmu   sync.Mutex // one writer at a time (flush, rotate, close)
-	spare []byte     // under wmu: the buffer the next swap hands out
+	wmu     sync.Mutex    // one writer at a time (flush, rotate, close)
+	spare   []byte        // under wmu: the buffer the next swap hands out
+	written atomic.Uint64 // records handed to write(2) (appended, when taken)
+	syncMu  sync.Mutex    // held over an fsync and a segment's closing
+
+	// through: a change waits until its record is written (Options.JournalWriteThrough)
+	through bool
 
 	snapMu sync.Mutex // one journaled snapshot at a time
 
@@ -95,7 +101,8 @@ type journal struct {
 // JournalStats are a journal's counters.
 type JournalStats struct {
 	Records int64  // records appended
-	Syncs   int64  // write and fsync rounds (group commits) done
+	Writes  int64  // write(2) calls that wrote records
+	Syncs   int64  // fsyncs of the journal (group commits)
 	Errors  int64  // write or fsync errors (each logged)
 	Lost    int64  // records lost to those errors
 	Segment uint64 // the current segment's number
@@ -110,7 +117,7 @@ func (s *Store) JournalStats() JournalStats {
 	j.mu.Lock()
 	seq := j.seq
 	j.mu.Unlock()
-	return JournalStats{Records: j.records.Load(), Syncs: j.syncs.Load(), Errors: j.errs.Load(), Lost: j.dropped.Load(), Segment: seq}
+	return JournalStats{Records: j.records.Load(), Writes: j.writes.Load(), Syncs: j.syncs.Load(), Errors: j.errs.Load(), Lost: j.dropped.Load(), Segment: seq}
 }
 
 // SyncJournal writes every record appended so far to the journal and
@@ -127,7 +134,7 @@ func (s *Store) SyncJournal() error {
 // in New, before the store is shared.
 func (s *Store) openJournal(base string, keyed bool) (*journal, error) {
 	j := &journal{s: s, base: base, syncN: s.opts.JournalSyncRecords, kick: make(chan struct{}, 1),
-		pols: map[*floodgate.Policy]uint32{}}
+		pols: map[*floodgate.Policy]uint32{}, through: s.opts.JournalWriteThrough}
 	if j.syncN <= 0 {
 		j.syncN = defaultJournalSyncRecords
 	}
@@ -227,22 +234,24 @@ func syncDir(dir string) error {
 }
 
 // key appends a record of key h's state in shard sh of t (absent: a
-// fresh, zero state). The shard is locked.
-func (j *journal) key(t *table, sh *shard, h uint64) {
+// fresh, zero state) and returns its number, for wait. The shard is
+// locked.
+func (j *journal) key(t *table, sh *shard, h uint64) uint64 {
 	var state []int64
 	if i := sh.find(h); i >= 0 {
 		state = sh.state(i)
 	}
-	j.record(t.policy.Load(), h, state)
+	return j.record(t.policy.Load(), h, state)
 }
 
-// record appends a record of key h's state under p (nil: zero).
-func (j *journal) record(p *floodgate.Policy, h uint64, state []int64) {
+// record appends a record of key h's state under p (nil: zero) and
+// returns its number (0: the journal is closed).
+func (j *journal) record(p *floodgate.Policy, h uint64, state []int64) uint64 {
 	le := binary.LittleEndian
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
-		return
+		return 0
 	}
 	id, ok := j.pols[p]
 	if !ok {
@@ -263,6 +272,8 @@ func (j *journal) record(p *floodgate.Policy, h uint64, state []int64) {
 	}
 	seal(j.buf[start:])
 	j.pending++
+	j.appended++
+	seq := j.appended
 	j.records.Add(1)
 	if j.pending >= j.syncN {
 		select {
@@ -271,6 +282,27 @@ func (j *journal) record(p *floodgate.Policy, h uint64, state []int64) {
 		}
 	}
 	j.mu.Unlock()
+	return seq
+}
+
+// wait returns once record seq is written to the segment (write(2): in
+// the kernel, where a kill -9 of the process cannot lose it), when the
+// journal writes through; at once otherwise. Callers waiting together
+// are written together: the first to take wmu writes every record
+// appended so far (a group commit without the fsync, which the flusher
+// does).
+func (j *journal) wait(seq uint64) {
+	if !j.through || seq == 0 || j.written.Load() >= seq {
+		return
+	}
+	j.wmu.Lock()
+	if j.written.Load() < seq {
+		b, n, f, upto := j.take()
+		j.write(f, b, n)
+		j.written.Store(upto)
+		j.spare = b[:0]
+	}
+	j.wmu.Unlock()
 }
 
 // declare appends p's 'P' record and returns its id in this segment.
@@ -344,37 +376,57 @@ func (j *journal) run(stop <-chan struct{}, tick <-chan time.Time) {
 	}
 }
 
-// take hands out the records buffered so far and the segment they go to.
-// wmu is held.
-func (j *journal) take() ([]byte, int, *os.File) {
+// take hands out the records buffered so far, the segment they go to
+// and the number of the last. wmu is held.
+func (j *journal) take() ([]byte, int, *os.File, uint64) {
 	j.mu.Lock()
-	b, n, f := j.buf, j.pending, j.f
+	b, n, f, upto := j.buf, j.pending, j.f, j.appended
 	j.buf, j.pending = j.spare[:0], 0
 	j.mu.Unlock()
-	return b, n, f
+	return b, n, f, upto
 }
 
-// flush writes the buffered records and fsyncs the segment.
+// flush writes the buffered records and fsyncs the segment. The fsync is
+// outside wmu, so that writers waiting (wait) are not held up by it.
 func (j *journal) flush() error {
 	j.wmu.Lock()
-	defer j.wmu.Unlock()
-	b, n, f := j.take()
-	err := j.write(f, b, n, true)
+	b, n, f, upto := j.take()
+	err := j.write(f, b, n)
+	j.written.Store(upto)
 	j.spare = b[:0]
-	return err
+	j.wmu.Unlock()
+	if err != nil || f == nil {
+		return err
+	}
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	j.mu.Lock()
+	cur := j.f
+	j.mu.Unlock()
+	if f != cur {
+		return nil // rotated or closed meanwhile: fsynced then
+	}
+	return j.sync(f)
 }
 
-// write writes n records (b) to f, then fsyncs it if sync. An error is
-// logged and counted; its records are lost. wmu is held.
-func (j *journal) write(f *os.File, b []byte, n int, sync bool) error {
+// sync fsyncs f; an error is logged and counted.
+func (j *journal) sync(f *os.File) error {
+	if err := f.Sync(); err != nil {
+		j.errs.Add(1)
+		j.s.opts.Logger.Error("memstore: journal fsync failed: changes since the last one may be lost in a power loss", "path", f.Name(), "err", err)
+		return fmt.Errorf("memstore: journal: %w", err)
+	}
+	j.syncs.Add(1)
+	return nil
+}
+
+// write writes n records (b) to f. An error is logged and counted; its
+// records are lost. wmu is held.
+func (j *journal) write(f *os.File, b []byte, n int) error {
 	if len(b) == 0 || f == nil {
 		return nil
 	}
-	_, err := f.Write(b)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if err != nil {
+	if _, err := f.Write(b); err != nil {
 		j.errs.Add(1)
 		j.dropped.Add(int64(n))
 		j.s.opts.Logger.Error("memstore: journal write failed: these changes would be lost in a crash before the next snapshot",
@@ -382,9 +434,6 @@ func (j *journal) write(f *os.File, b []byte, n int, sync bool) error {
 		return fmt.Errorf("memstore: journal: %w", err)
 	}
 	j.writes.Add(1)
-	if sync {
-		j.syncs.Add(1)
-	}
 	return nil
 }
 
@@ -405,12 +454,18 @@ func (j *journal) rotate() (uint64, error) {
 		return 0, err
 	}
 	j.mu.Lock()
-	b, n, of := j.buf, j.pending, j.f
+	b, n, of, upto := j.buf, j.pending, j.f, j.appended
 	j.buf, j.pending, j.f, j.seq = j.spare[:0], 0, nf, seq
 	clear(j.pols)
 	j.mu.Unlock()
-	err = j.write(of, b, n, true)
+	err = j.write(of, b, n)
+	j.written.Store(upto)
 	j.spare = b[:0]
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	if err == nil {
+		err = j.sync(of)
+	}
 	if cerr := of.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -452,12 +507,18 @@ func (j *journal) snapshot(path string) error {
 func (j *journal) close() error {
 	j.wmu.Lock()
 	defer j.wmu.Unlock()
-	b, n, f := j.take()
-	err := j.write(f, b, n, true)
+	b, n, f, upto := j.take()
+	err := j.write(f, b, n)
+	j.written.Store(upto)
 	j.mu.Lock()
 	j.closed, j.f = true, nil
 	j.mu.Unlock()
 	if f != nil {
+		j.syncMu.Lock()
+		defer j.syncMu.Unlock()
+		if err == nil {
+			err = j.sync(f)
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

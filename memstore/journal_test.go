@@ -387,14 +387,26 @@ func TestJournalSyncsAtRecords(t *testing.T) {
 
 // Decisions, moves and groups on many goroutines while snapshots rotate
 // the journal and the flusher syncs every millisecond: after the last
-// sync, a crash image restores every key exactly.
+// sync, a crash image restores every key exactly; writing through, with no
+// sync after the last decision.
 func TestJournalConcurrentWithSnapshots(t *testing.T) {
+	for _, through := range []bool{false, true} {
+		t.Run(fmt.Sprint("write-through=", through), func(t *testing.T) { testJournalConcurrent(t, through) })
+	}
+}
+
+func testJournalConcurrent(t *testing.T, through bool) {
 	clk := clock.NewManual(jt0)
 	now := clk.NowMicro()
 	dir := t.TempDir()
 	opts := jopts(dir, clk, nil)
 	opts.JournalSync = time.Millisecond
 	opts.JournalSyncRecords = 64
+	opts.JournalWriteThrough = through
+	if through {
+		opts.JournalSync = -1 // no flusher: what is in the file was written through
+		opts.JournalSyncRecords = 1 << 30
+	}
 	s := mustOpen(t, opts)
 	defer s.Close()
 	ps := journalPolicies()
@@ -440,8 +452,10 @@ func TestJournalConcurrentWithSnapshots(t *testing.T) {
 	wg.Wait()
 	close(done)
 	t.Logf("%d snapshots during the decisions", <-snaps)
-	if err := s.SyncJournal(); err != nil {
-		t.Fatal(err)
+	if !through {
+		if err := s.SyncJournal(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	want := remaining(t, s, ps, keys, now)
 	s2 := mustOpen(t, jopts(crashImage(t, dir), clk, nil))
@@ -468,5 +482,35 @@ func TestJournalMove(t *testing.T) {
 	defer s2.Close()
 	if from, got := do(t, s2, now, ps[0], floodgate.OpPeek, "k", 1).Remaining, do(t, s2, now, to, floodgate.OpPeek, "k", 1).Remaining; from != 1000 || got != 4970 {
 		t.Errorf("after a move and a crash: %d left under the old policy (want 1000), %d under the new (want 4970)", from, got)
+	}
+}
+
+// Writing through, a change is in the file when Do returns: a crash image
+// taken then has it, with no sync; without, it waits for the next sync.
+func TestJournalWriteThrough(t *testing.T) {
+	clk := clock.NewManual(jt0)
+	now := clk.NowMicro()
+	p := journalPolicies()[0]
+	for _, through := range []bool{false, true} {
+		dir := t.TempDir()
+		opts := jopts(dir, clk, nil)
+		opts.JournalWriteThrough = through
+		s := mustOpen(t, opts)
+		do(t, s, now, p, floodgate.OpAllow, "k", 7)
+		img := crashImage(t, dir)
+		st := s.JournalStats()
+		s.Close()
+		s2 := mustOpen(t, jopts(img, clk, nil))
+		want := int64(1000)
+		if through {
+			want = 993
+		}
+		if d := do(t, s2, now, p, floodgate.OpPeek, "k", 1); d.Remaining != want {
+			t.Errorf("write-through %v: after a crash as Do returned, %d remaining, want %d", through, d.Remaining, want)
+		}
+		if through && (st.Writes != 1 || st.Syncs != 0) {
+			t.Errorf("write-through: %+v, want 1 write and no fsync", st)
+		}
+		s2.Close()
 	}
 }

@@ -80,6 +80,12 @@ type Options struct {
 	// JournalSyncRecords writes and fsyncs the journal as soon as this
 	// many records wait, before JournalSync is up (default 1000).
 	JournalSyncRecords int
+	// JournalWriteThrough makes each change return only once its record
+	// is written to the journal's file (write(2), with the records of the
+	// changes made meanwhile: a group commit), not at the next JournalSync:
+	// a kill -9 then loses no decision that was returned; a power loss
+	// still loses those since the last fsync.
+	JournalWriteThrough bool
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
 	// Logger receives snapshot errors and a warning for a policy decided
@@ -401,10 +407,14 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 			continue
 		}
 		sh.do(t, h, now, &op, &d)
+		var rec uint64
 		if s.jr != nil && op.Kind != floodgate.OpPeek {
-			s.jr.key(t, sh, h)
+			rec = s.jr.key(t, sh, h)
 		}
 		sh.mu.Unlock()
+		if rec != 0 {
+			s.jr.wait(rec)
+		}
 		return d, nil
 	}
 }
@@ -421,6 +431,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 		return nil // one table: the newer version converts it
 	}
 	h := s.hash(key)
+	var rec uint64
 	for {
 		ft, tt := s.table(from, now), s.table(to, now)
 		fsh, tsh := &ft.shards[h>>ft.shift], &tt.shards[h>>tt.shift]
@@ -454,11 +465,14 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 			fsh.deleteAt(ft, i) // another shard's insert left this one alone
 			if s.jr != nil {
 				s.jr.key(tt, tsh, h)
-				s.jr.key(ft, fsh, h)
+				rec = s.jr.key(ft, fsh, h)
 			}
 		}
 		second.mu.Unlock()
 		first.mu.Unlock()
+		if rec != 0 {
+			s.jr.wait(rec)
+		}
 		return nil
 	}
 }
@@ -501,6 +515,7 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 	var mbuf [8]groupMember
 	var lbuf [8]*shard
 	ms, locked := s.lockGroup(now, ops, group, mbuf[:0], lbuf[:0])
+	var rec uint64 // the last journal record
 	all := true
 	for _, m := range ms {
 		op := ops[m.i]
@@ -514,12 +529,15 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 		if op := &ops[m.i]; op.Kind == floodgate.OpAllow && (all || !out[m.i].Allowed) {
 			m.sh.do(m.t, m.h, now, op, &out[m.i])
 			if s.jr != nil {
-				s.jr.key(m.t, m.sh, m.h)
+				rec = s.jr.key(m.t, m.sh, m.h)
 			}
 		}
 	}
 	for _, sh := range locked {
 		sh.mu.Unlock()
+	}
+	if rec != 0 {
+		s.jr.wait(rec)
 	}
 }
 
