@@ -22,18 +22,30 @@ import (
 
 // The journal keeps what the snapshot does not: every state change since
 // the last snapshot, so that a crash (kill -9, an OOM kill, a power loss)
-// loses at most the changes of one sync interval, not everything since the
-// last snapshot.
+// does not forgive everything counted since the last snapshot.
 //
 // Each change appends a record with the key's hash, its whole new state
 // and the policy it is under (the identity the snapshot keeps: the
 // policy's name and rules), to a buffer in memory, under the key's shard
-// lock, so that a key's records are in the order of its changes. A
-// background goroutine writes the buffer to the current segment file and
-// fsyncs it every Options.JournalSync, or as soon as JournalSyncRecords
-// records wait, whichever comes first: a group commit. A record is a whole
-// state, not the operation, so replaying a record twice, or over a
-// snapshot that already holds it, changes nothing.
+// lock, so that a key's records are in the order of its changes. A record
+// is a whole state, not the operation, so replaying a record twice, or
+// over a snapshot that already holds it, changes nothing.
+//
+// The buffer reaches the segment file by write(2) (then it is in the
+// kernel: a crash of the process cannot lose it) and the disk by fsync
+// (then a power loss cannot either), in a group commit:
+//
+//   - a flusher writes the buffer every Options.JournalSync, or as soon as
+//     JournalSyncRecords records wait, and has another goroutine fsync the
+//     segment after each write (a slow fsync holds up no write);
+//   - with JournalWriteThrough, a change returns only once its record is
+//     written: the first change to wait writes the whole buffer, those
+//     made meanwhile with it, so a process crash loses no change that was
+//     returned.
+//
+// So a process crash loses the changes of the last JournalSync (none that
+// returned, writing through), a power loss those since the last fsync:
+// one JournalSync and the fsync's own duration.
 //
 // Segments are files named JournalPath.<16 hex digits>, numbered in order.
 // A snapshot of SnapshotPath first starts a new segment (the old one is
@@ -74,6 +86,8 @@ type journal struct {
 	base  string // segment paths: base.%016x
 	syncN int
 	kick  chan struct{} // the flusher's wake-up at syncN records
+	// syncReq asks syncer for an fsync
+	syncReq chan struct{}
 
 	mu       sync.Mutex // guards what follows up to wmu
 	buf      []byte     // records not yet written
@@ -133,7 +147,7 @@ func (s *Store) SyncJournal() error {
 // (keyed: the snapshot set the hash key) and starts a new segment. It runs
 // in New, before the store is shared.
 func (s *Store) openJournal(base string, keyed bool) (*journal, error) {
-	j := &journal{s: s, base: base, syncN: s.opts.JournalSyncRecords, kick: make(chan struct{}, 1),
+	j := &journal{s: s, base: base, syncN: s.opts.JournalSyncRecords, kick: make(chan struct{}, 1), syncReq: make(chan struct{}, 1),
 		pols: map[*floodgate.Policy]uint32{}, through: s.opts.JournalWriteThrough}
 	if j.syncN <= 0 {
 		j.syncN = defaultJournalSyncRecords
@@ -352,17 +366,21 @@ func (s *Store) startJournal() {
 		ticker = time.NewTicker(d)
 		tick = ticker.C
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		if ticker != nil {
 			defer ticker.Stop()
 		}
 		s.jr.run(s.stop, tick)
 	}()
+	go s.jr.syncer(s.stop)
 }
 
-// run is the flusher: a group commit every tick (nil: none) and whenever
-// syncN records wait, until stop.
+// run is the flusher: every tick (nil: none) and whenever syncN records
+// wait, until stop, it writes the records waiting and asks syncer for an
+// fsync. The fsync is syncer's, so that a slow one (a busy disk: 200 ms
+// was seen) does not hold up the writes: a process crash loses only what
+// is not written, a power loss what is not fsynced.
 func (j *journal) run(stop <-chan struct{}, tick <-chan time.Time) {
 	defer j.s.wg.Done()
 	for {
@@ -372,7 +390,25 @@ func (j *journal) run(stop <-chan struct{}, tick <-chan time.Time) {
 		case <-tick:
 		case <-j.kick:
 		}
-		j.flush()
+		if wrote, err := j.writeOut(); wrote && err == nil {
+			select {
+			case j.syncReq <- struct{}{}:
+			default: // one is asked for already: it will have these too
+			}
+		}
+	}
+}
+
+// syncer fsyncs the segment whenever run asks, until stop.
+func (j *journal) syncer(stop <-chan struct{}) {
+	defer j.s.wg.Done()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-j.syncReq:
+			j.syncCurrent()
+		}
 	}
 }
 
@@ -386,25 +422,36 @@ func (j *journal) take() ([]byte, int, *os.File, uint64) {
 	return b, n, f, upto
 }
 
-// flush writes the buffered records and fsyncs the segment. The fsync is
-// outside wmu, so that writers waiting (wait) are not held up by it.
+// flush writes the buffered records and fsyncs the segment.
 func (j *journal) flush() error {
+	if _, err := j.writeOut(); err != nil {
+		return err
+	}
+	return j.syncCurrent()
+}
+
+// writeOut writes the buffered records, if any, and says whether it did.
+func (j *journal) writeOut() (bool, error) {
 	j.wmu.Lock()
+	defer j.wmu.Unlock()
 	b, n, f, upto := j.take()
 	err := j.write(f, b, n)
 	j.written.Store(upto)
 	j.spare = b[:0]
-	j.wmu.Unlock()
-	if err != nil || f == nil {
-		return err
-	}
+	return len(b) > 0, err
+}
+
+// syncCurrent fsyncs the current segment, outside wmu: writers (wait, run)
+// are not held up by it. A segment rotated or closed meanwhile was
+// fsynced then.
+func (j *journal) syncCurrent() error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
-	cur := j.f
+	f := j.f
 	j.mu.Unlock()
-	if f != cur {
-		return nil // rotated or closed meanwhile: fsynced then
+	if f == nil {
+		return nil
 	}
 	return j.sync(f)
 }
