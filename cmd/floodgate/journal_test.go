@@ -29,8 +29,9 @@ descriptors:
 // spends a 1000/day quota from 8 callers until `spend` were answered OK,
 // kills the process with SIGKILL while they go on, restarts it on the same
 // data directory and returns how many were answered OK before the kill, how
-// many were sent, and how many the restarted service counts.
-func kill9(t *testing.T, spend int64, args ...string) (answered, sent, counted int64) {
+// many were sent, how many the restarted service counts, and the rate at
+// which they were answered (per second).
+func kill9(t *testing.T, spend int64, args ...string) (answered, sent, counted int64, rate float64) {
 	t.Helper()
 	rules, data := t.TempDir(), t.TempDir()
 	writeRules(t, rules, "quota.yaml", quotaRules)
@@ -40,6 +41,7 @@ func kill9(t *testing.T, spend int64, args ...string) (answered, sent, counted i
 	var ok, tried atomic.Int64
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
+	began := time.Now()
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -61,6 +63,7 @@ func kill9(t *testing.T, spend int64, args ...string) (answered, sent, counted i
 	s.cmd.Process.Kill() // SIGKILL: no drain, no last snapshot
 	<-s.done
 	answered = ok.Load() // nothing more is answered now
+	rate = float64(answered) / time.Since(began).Seconds()
 	cancel()
 	wg.Wait()
 	sent = tried.Load()
@@ -72,7 +75,7 @@ func kill9(t *testing.T, spend int64, args ...string) (answered, sent, counted i
 	s2 := startServer(t, args...)
 	st := s2.ask(t, "quota", desc("user", "alice")).Statuses[0]
 	counted = 1000 - int64(st.LimitRemaining) - 1
-	return answered, sent, counted
+	return answered, sent, counted, rate
 }
 
 // A kill -9 under load, with the default journal (written through):
@@ -80,7 +83,7 @@ func kill9(t *testing.T, spend int64, args ...string) (answered, sent, counted i
 // Without the journal, the whole quota spent since the last snapshot
 // came back (here, all of it).
 func TestServeKill9LosesNothingAnswered(t *testing.T) {
-	answered, sent, counted := kill9(t, 300)
+	answered, sent, counted, _ := kill9(t, 300)
 	t.Logf("answered OK before the kill: %d, sent: %d, counted after the restart: %d", answered, sent, counted)
 	if counted < answered {
 		t.Errorf("%d decisions answered before the kill, %d counted after the restart: %d lost", answered, counted, answered-counted)
@@ -104,9 +107,10 @@ func TestServeKill9LossReport(t *testing.T) {
 		{"--journal-sync", "10ms"}, // the default: written through
 	} {
 		for run := range 3 {
-			answered, sent, counted := kill9(t, 500, setting...)
-			t.Logf("%-50s run %d: answered %d, sent %d, counted after restart %d: lost %d answered",
-				strings.Join(setting, " "), run, answered, sent, counted, max(0, answered-counted))
+			answered, sent, counted, rate := kill9(t, 500, setting...)
+			lost := max(0, answered-counted)
+			t.Logf("%-50s run %d: answered %d (%.0f/s), sent %d, counted after restart %d: lost %d answered (%.0f ms of decisions)",
+				strings.Join(setting, " "), run, answered, rate, sent, counted, lost, 1000*float64(lost)/rate)
 		}
 	}
 }
