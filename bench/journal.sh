@@ -4,10 +4,11 @@
 # reference), serve on the memory store without the journal, and with it at
 # each setting (buffered, fsynced every 100 ms, 10 ms and 1 ms; and the
 # default, written through before each answer, fsynced every 10 ms).
-# Closed loop at 64 callers over 1000 keys, then open loop at 5,000/s.
+# Closed loop at 64 callers over 1000 keys, then open loop at RATE (5,000/s).
 #
 #   ./journal.sh                  # DURATION=10s by default
 #   OUT=results/mine ./journal.sh # results/mine.txt and .md
+#   ROUNDS=3 ./journal.sh         # every server 3 times, interleaved (a busy machine)
 #
 # Output: results/journal.txt (raw) and results/journal.md (the table).
 set -euo pipefail
@@ -54,10 +55,12 @@ run() { # name addr pid args...
 	echo "=== $name $*" | tee -a "$out"
 	"$fg" bench --addr "$addr" --domain bench --descriptor generic_key=k --keys 1000 --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
 }
-for mode in "--concurrency 64" "--rate 5000"; do
-	run empty 127.0.0.1:$ep $empty_pid $mode
-	for i in "${!names[@]}"; do
-		run "${names[$i]}" 127.0.0.1:${ports[$i]} ${spids[$i]} $mode
+for mode in "--concurrency 64" "--rate ${RATE:-5000}"; do
+	for _ in $(seq "${ROUNDS:-1}"); do
+		run empty 127.0.0.1:$ep $empty_pid $mode
+		for i in "${!names[@]}"; do
+			run "${names[$i]}" 127.0.0.1:${ports[$i]} ${spids[$i]} $mode
+		done
 	done
 done
 go run ./cmd/servicereport "$out" > "$OUT.md"

@@ -101,6 +101,7 @@ type journal struct {
 	wmu     sync.Mutex    // one writer at a time (flush, rotate, close)
 	spare   []byte        // under wmu: the buffer the next swap hands out
 	written atomic.Uint64 // records handed to write(2) (appended, when taken)
+	dirty   atomic.Bool   // records written since the last fsync began
 	syncMu  sync.Mutex    // held over an fsync and a segment's closing
 
 	// through: a change waits until its record is written (Options.JournalWriteThrough)
@@ -362,7 +363,10 @@ func (s *Store) startJournal() {
 		d = defaultJournalSync
 	}
 	var ticker *time.Ticker
-	if d > 0 {
+	switch {
+	case s.opts.journalTick != nil:
+		tick = s.opts.journalTick // a test's
+	case d > 0:
 		ticker = time.NewTicker(d)
 		tick = ticker.C
 	}
@@ -390,7 +394,8 @@ func (j *journal) run(stop <-chan struct{}, tick <-chan time.Time) {
 		case <-tick:
 		case <-j.kick:
 		}
-		if wrote, err := j.writeOut(); wrote && err == nil {
+		// written by wait (write-through) or here: not yet fsynced
+		if j.writeOut(); j.dirty.Load() {
 			select {
 			case j.syncReq <- struct{}{}:
 			default: // one is asked for already: it will have these too
@@ -453,6 +458,7 @@ func (j *journal) syncCurrent() error {
 	if f == nil {
 		return nil
 	}
+	j.dirty.Store(false) // a write from now on asks for another
 	return j.sync(f)
 }
 
@@ -481,6 +487,7 @@ func (j *journal) write(f *os.File, b []byte, n int) error {
 		return fmt.Errorf("memstore: journal: %w", err)
 	}
 	j.writes.Add(1)
+	j.dirty.Store(true)
 	return nil
 }
 

@@ -514,3 +514,40 @@ func TestJournalWriteThrough(t *testing.T) {
 		s2.Close()
 	}
 }
+
+// Each tick of the flusher fsyncs what was written since the last fsync,
+// by the flusher or, writing through, by the changes themselves: the
+// power-loss bound. Writing through, the ticks found nothing left to write
+// and asked for no fsync at all.
+func TestJournalTickFsyncs(t *testing.T) {
+	clk := clock.NewManual(jt0)
+	now := clk.NowMicro()
+	p := journalPolicies()[0]
+	for _, through := range []bool{false, true} {
+		t.Run(fmt.Sprint("write-through=", through), func(t *testing.T) {
+			tick := make(chan time.Time)
+			opts := jopts(t.TempDir(), clk, nil)
+			opts.JournalWriteThrough = through
+			opts.journalTick = tick
+			s := mustOpen(t, opts)
+			defer s.Close()
+			for round := int64(1); round <= 3; round++ {
+				do(t, s, now, p, floodgate.OpAllow, "k", 1)
+				if st := s.JournalStats(); st.Syncs != round-1 {
+					t.Fatalf("round %d, before the tick: %+v, want %d fsyncs", round, st, round-1)
+				}
+				tick <- jt0 // the flusher has it
+				for deadline := time.Now().Add(30 * time.Second); s.JournalStats().Syncs < round; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: a tick after a change, and no fsync in 30 s: %+v", round, s.JournalStats())
+					}
+				}
+			}
+			tick <- jt0 // nothing written since: no fsync
+			tick <- jt0 // (the first tick is handled once the second is taken)
+			if st := s.JournalStats(); st.Syncs != 3 {
+				t.Errorf("ticks with nothing written: %+v, want still 3 fsyncs", st)
+			}
+		})
+	}
+}

@@ -86,6 +86,7 @@ type Options struct {
 	// a kill -9 then loses no decision that was returned; a power loss
 	// still loses those since the last fsync.
 	JournalWriteThrough bool
+	journalTick         <-chan time.Time // tests: the flusher's tick in place of JournalSync's
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
 	// Logger receives snapshot errors and a warning for a policy decided
