@@ -27,13 +27,12 @@ type journalConfig struct {
 func (j *journalConfig) register(fs *flag.FlagSet) {
 	j.snapshotEvery = positiveDuration(envDuration("SNAPSHOT_INTERVAL", time.Minute))
 	fs.Var(&j.snapshotEvery, "snapshot-interval", "memory store: how often every key is written to the snapshot in --data (and on a clean exit); the journal keeps the changes in between [FLOODGATE_SNAPSHOT_INTERVAL]")
-	fs.StringVar(&j.journal, "journal", envString("JOURNAL", "on"), "memory store: on (a journal beside the snapshot in --data), off, or the journal's path (files PATH.<n>): every change since the last snapshot, replayed at start, so that a crash loses at most about one --journal-sync of decisions (a power loss; a kill -9 none answered, see --journal-write-through), not everything since the last snapshot [FLOODGATE_JOURNAL]")
+	fs.StringVar(&j.journal, "journal", envString("JOURNAL", "on"), "memory store: on (a journal beside the snapshot in --data), off, or the journal's path (files PATH.<n>): every change since the last snapshot, replayed at start, so that a crash (kill -9, OOM kill, power loss) loses at most about one --journal-sync of decisions (none answered to a kill -9 with --journal-write-through), not everything since the last snapshot [FLOODGATE_JOURNAL]")
 	j.sync = positiveDuration(envDuration("JOURNAL_SYNC", 10*time.Millisecond))
 	fs.Var(&j.sync, "journal-sync", "memory store: how often the journal is written and fsynced (a group commit); a crash loses at most the decisions of about this long [FLOODGATE_JOURNAL_SYNC]")
 	j.records = positiveInt(envInt("JOURNAL_SYNC_RECORDS", 1000))
 	fs.Var(&j.records, "journal-sync-records", "memory store: write and fsync the journal as soon as this many changes wait, before --journal-sync is up [FLOODGATE_JOURNAL_SYNC_RECORDS]")
-	j.through, _ = strconv.ParseBool(envString("JOURNAL_WRITE_THROUGH", "true"))
-	fs.BoolVar(&j.through, "journal-write-through", j.through, "memory store: answer a decision only once its journal record is written to the file (write(2); concurrent decisions share one write): a kill -9 or OOM kill then loses no decision that was answered; false: a crash loses up to a --journal-sync of them too [FLOODGATE_JOURNAL_WRITE_THROUGH]")
+	fs.BoolVar(&j.through, "journal-write-through", envBool("JOURNAL_WRITE_THROUGH"), "memory store: answer a decision only once its journal record is written to the file (a write(2) per decision, shared by those made meanwhile): a kill -9 or OOM kill then loses no decision that was answered, for about 12 µs of CPU a decision (docs/BENCHMARKS.md) [FLOODGATE_JOURNAL_WRITE_THROUGH]")
 }
 
 // options sets o's snapshot interval and journal, the snapshot being
