@@ -62,6 +62,7 @@ func BenchmarkJournal(b *testing.B) {
 		b.Run("parallel/"+m.name, func(b *testing.B) {
 			l := open(b)
 			b.ReportAllocs()
+			b.ResetTimer() // not the store's opening (its fsyncs)
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
