@@ -51,11 +51,10 @@ import (
 // A snapshot of SnapshotPath first starts a new segment (the old one is
 // written and fsynced), then writes the snapshot, renames it into place,
 // fsyncs the directory and only then deletes the older segments: a crash
-// at any point leaves a snapshot and every segment written after it, and
-// a crash between the rename and the deletion leaves older segments as
-// well, which, replayed first, are overwritten by the newer records of
-// each key (or restore a key the snapshot no longer holds, never a less
-// consumed one than it was).
+// at any point leaves a snapshot and every segment written after it. The
+// snapshot names the first segment it does not hold (a trailer), so that
+// older segments a crash left (between the rename and the deletion) are
+// passed over, not replayed over newer states.
 //
 // Segment layout, little-endian:
 //
@@ -145,9 +144,10 @@ func (s *Store) SyncJournal() error {
 }
 
 // openJournal replays the journal's segments over the restored snapshot
-// (keyed: the snapshot set the hash key) and starts a new segment. It runs
-// in New, before the store is shared.
-func (s *Store) openJournal(base string, keyed bool) (*journal, error) {
+// (keyed: the snapshot set the hash key), from segment from on (the
+// snapshot holds those before: a crash after its rename left them), and
+// starts a new segment. It runs in New, before the store is shared.
+func (s *Store) openJournal(base string, keyed bool, from uint64) (*journal, error) {
 	j := &journal{s: s, base: base, syncN: s.opts.JournalSyncRecords, kick: make(chan struct{}, 1), syncReq: make(chan struct{}, 1),
 		pols: map[*floodgate.Policy]uint32{}, through: s.opts.JournalWriteThrough}
 	if j.syncN <= 0 {
@@ -159,7 +159,15 @@ func (s *Store) openJournal(base string, keyed bool) (*journal, error) {
 	}
 	now := s.opts.Clock.NowMicro()
 	for _, seq := range seqs {
+		j.seq = seq
 		path := j.path(seq)
+		if seq < from {
+			// replayed, its older states would be undone by the newer
+			// segments, but a policy's older layout would convert the
+			// table back and forth, clamping what it held
+			s.opts.Logger.Info("memstore: journal segment older than the snapshot: passed over", "path", path)
+			continue
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("memstore: journal: %w", err)
@@ -175,7 +183,11 @@ func (s *Store) openJournal(base string, keyed bool) (*journal, error) {
 		} else {
 			s.opts.Logger.Info("memstore: journal replayed", "path", path, "records", rep.n)
 		}
-		j.seq = seq
+	}
+	if from > 0 && j.seq < from-1 {
+		// no segment from the snapshot's on (the journal moved, or was
+		// deleted): the new one must not be numbered below it
+		j.seq = from - 1
 	}
 	f, err := j.create(j.seq + 1)
 	if err != nil {
@@ -532,15 +544,18 @@ func (j *journal) snapshot(path string) error {
 	j.snapMu.Lock()
 	defer j.snapMu.Unlock()
 	seq, rerr := j.rotate()
-	if err := j.s.snapshot(path); err != nil {
+	from := seq
+	if rerr != nil {
+		from = 0 // the old segment may miss records the snapshot holds
+	}
+	if err := j.s.snapshotFrom(path, from); err != nil {
 		return err
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("memstore: snapshot %s: %w", path, err)
 	}
 	if rerr != nil {
-		// the old segment may miss records the snapshot holds: keep it
-		return rerr
+		return rerr // keep the old segments
 	}
 	seqs, err := j.segments()
 	if err != nil {

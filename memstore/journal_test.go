@@ -551,3 +551,76 @@ func TestJournalTickFsyncs(t *testing.T) {
 		})
 	}
 }
+
+// A crash after a snapshot's rename, before the older segments are
+// deleted, leaves segments the snapshot already holds. Replayed over it,
+// they brought back keys evicted since and converted tables through older
+// layouts of a policy once more. The snapshot names the first segment it
+// does not hold; the older ones are passed over, and the restore is exact.
+func TestJournalStaleSegmentsAfterSnapshot(t *testing.T) {
+	clk := clock.NewManual(jt0)
+	now := clk.NowMicro()
+	dir := t.TempDir()
+	opts := jopts(dir, clk, nil)
+	s := mustOpen(t, opts)
+	defer s.Close()
+	v1 := floodgate.MustPolicy("q", floodgate.Rule{Name: "day", Algorithm: floodgate.FixedWindow, Limit: 100, Calendar: floodgate.CalendarDay})
+	do(t, s, now, v1, floodgate.OpAllow, "k", 50)
+	v2 := floodgate.MustPolicy("q", floodgate.Rule{Name: "day", Algorithm: floodgate.FixedWindow, Limit: 1000, Calendar: floodgate.CalendarDay})
+	do(t, s, now, v2, floodgate.OpAllow, "k", 500)
+	old := s.jr.path(s.jr.seq)
+	// a snapshot as Snapshot writes it, but for the deletion of the older segments
+	seq, err := s.jr.rotate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.snapshotFrom(opts.SnapshotPath, seq); err != nil {
+		t.Fatal(err)
+	}
+	img := crashImage(t, dir)
+	if segs, _ := filepath.Glob(filepath.Join(img, "s.journal.*")); len(segs) != 2 {
+		t.Fatalf("segments in the crash image: %v, want the older one and the new", segs)
+	}
+	var log syncLog
+	s2 := mustOpen(t, jopts(img, clk, slog.New(slog.NewTextHandler(&log, nil))))
+	defer s2.Close()
+	if d := do(t, s2, now, v2, floodgate.OpPeek, "k", 1); d.Remaining != 450 {
+		t.Errorf("after a crash between the snapshot's rename and the older segments' deletion: %d remaining, want 450", d.Remaining)
+	}
+	stale := filepath.Join(img, filepath.Base(old))
+	if got := log.String(); !strings.Contains(got, "passed over") || !strings.Contains(got, stale) || strings.Contains(got, "replayed path="+stale) {
+		t.Errorf("the older segment %s: logged %q, want it passed over", stale, got)
+	}
+}
+
+// A snapshot that names segment N and a journal with no segment from N on
+// (moved, or deleted by hand): the new segment is numbered N or more, so
+// the next restart replays it rather than passing it over.
+func TestJournalNumbersOnFromTheSnapshot(t *testing.T) {
+	clk := clock.NewManual(jt0)
+	now := clk.NowMicro()
+	dir := t.TempDir()
+	p := journalPolicies()[0]
+	s := mustOpen(t, jopts(dir, clk, nil))
+	for range 3 {
+		do(t, s, now, p, floodgate.OpAllow, "k", 1)
+		if err := s.Snapshot(filepath.Join(dir, "s.snap")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "s.journal.*"))
+	for _, f := range segs {
+		os.Remove(f)
+	}
+	s2 := mustOpen(t, jopts(dir, clk, nil))
+	do(t, s2, now, p, floodgate.OpAllow, "k", 10)
+	s2.SyncJournal()
+	img := crashImage(t, dir)
+	s2.Close()
+	s3 := mustOpen(t, jopts(img, clk, nil))
+	defer s3.Close()
+	if d := do(t, s3, now, p, floodgate.OpPeek, "k", 1); d.Remaining != 987 {
+		t.Errorf("after the journal's segments were removed, a restart and a crash: %d remaining, want 987", d.Remaining)
+	}
+}

@@ -163,12 +163,12 @@ func New(opts Options) (*Store, error) {
 		// first decision) for seconds after a restart with millions of
 		// keys, and callers with a deadline (Envoy's 20 ms) failed
 		// meanwhile.
-		keyed, err := s.restore(opts.SnapshotPath)
+		keyed, from, err := s.restore(opts.SnapshotPath)
 		if err != nil {
 			return nil, err
 		}
 		if opts.JournalPath != "" {
-			if s.jr, err = s.openJournal(opts.JournalPath, keyed); err != nil {
+			if s.jr, err = s.openJournal(opts.JournalPath, keyed, from); err != nil {
 				return nil, err
 			}
 		}
