@@ -24,7 +24,8 @@
 //
 // Optionally the store writes a snapshot of every key to a file at an
 // interval and on Close, and reads it back in New, so that a restart does
-// not hand out a fresh daily quota.
+// not hand out a fresh daily quota; and a journal of every change since
+// the last snapshot, so that a crash does not either.
 package memstore
 
 import (
@@ -78,6 +79,25 @@ type Options struct {
 	// writes every SnapshotInterval (default 1 minute) and on Close.
 	SnapshotPath     string
 	SnapshotInterval time.Duration // how often the snapshot is written (default 1 minute)
+	// JournalPath, when set (SnapshotPath must be too), keeps a journal of
+	// every state change since the last snapshot in files JournalPath.<n>,
+	// replayed over the snapshot in New, so that a crash loses at most the
+	// changes of about one JournalSync (see journal.go and SyncJournal).
+	JournalPath string
+	// JournalSync is how often the journal is written and fsynced
+	// (default 10 ms; negative: only at JournalSyncRecords, SyncJournal,
+	// a snapshot and Close).
+	JournalSync time.Duration
+	// JournalSyncRecords writes and fsyncs the journal as soon as this
+	// many records wait, before JournalSync is up (default 1000).
+	JournalSyncRecords int
+	// JournalWriteThrough makes each change return only once its record
+	// is written to the journal's file (write(2), with the records of the
+	// changes made meanwhile: a group commit), not at the next JournalSync:
+	// a kill -9 then loses no decision that was returned; a power loss
+	// still loses those since the last fsync.
+	JournalWriteThrough bool
+	journalTick         <-chan time.Time // tests: the flusher's tick in place of JournalSync's
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
 	// Logger receives snapshot errors and a warning for a policy decided
@@ -102,6 +122,8 @@ type Store struct {
 	expired   atomic.Int64
 	refused   atomic.Int64
 	refusedAt atomic.Int64 // when a refusal was last logged (seconds)
+
+	jr *journal // nil: no journal
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -146,19 +168,31 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.k0, s.k1 = le64(seed[:8]), le64(seed[8:])
+	if opts.JournalPath != "" && opts.SnapshotPath == "" {
+		return nil, errors.New("memstore: a journal needs a snapshot (JournalPath without SnapshotPath)")
+	}
 	if opts.SnapshotPath != "" {
 		// The tables are filled now (readSnapshot), not at each policy's
 		// first decision: that held the store's lock (every policy's
 		// first decision) for seconds after a restart with millions of
 		// keys, and callers with a deadline (Envoy's 20 ms) failed
 		// meanwhile.
-		if err := s.restore(opts.SnapshotPath); err != nil {
+		keyed, from, err := s.restore(opts.SnapshotPath)
+		if err != nil {
 			return nil, err
+		}
+		if opts.JournalPath != "" {
+			if s.jr, err = s.openJournal(opts.JournalPath, keyed, from); err != nil {
+				return nil, err
+			}
 		}
 		// a snapshot that cannot be written is said now, not at Close,
 		// when the state it was to keep is already lost
 		f, err := os.CreateTemp(filepath.Dir(opts.SnapshotPath), ".floodgate-snapshot-*")
 		if err != nil {
+			if s.jr != nil {
+				s.jr.close()
+			}
 			return nil, fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", opts.SnapshotPath, err)
 		}
 		f.Close()
@@ -168,6 +202,7 @@ func New(opts Options) (*Store, error) {
 		s.wg.Add(1)
 		go s.background()
 	}
+	s.startJournal()
 	return s, nil
 }
 
@@ -253,6 +288,9 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		if s.opts.SnapshotPath != "" {
 			s.closeErr = s.Snapshot(s.opts.SnapshotPath)
+		}
+		if s.jr != nil {
+			s.closeErr = errors.Join(s.closeErr, s.jr.close())
 		}
 	})
 	return s.closeErr
@@ -431,9 +469,16 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 			continue
 		}
 		sh.do(t, h, now, &op, &d)
+		var rec uint64
+		if s.jr != nil && op.Kind != floodgate.OpPeek {
+			rec = s.jr.key(t, sh, h)
+		}
 		sh.mu.Unlock()
 		if d.Degraded {
 			s.logRefused(now)
+		}
+		if rec != 0 {
+			s.jr.wait(rec)
 		}
 		return d, nil
 	}
@@ -451,6 +496,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 		return nil // one table: the newer version converts it
 	}
 	h := s.hash(key)
+	var rec uint64
 	for {
 		ft, tt := s.table(from, now), s.table(to, now)
 		fsh, tsh := &ft.shards[h>>ft.shift], &tt.shards[h>>tt.shift]
@@ -482,9 +528,16 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 				tsh.deleteAt(tt, j)
 			}
 			fsh.deleteAt(ft, i) // another shard's insert left this one alone
+			if s.jr != nil {
+				s.jr.key(tt, tsh, h)
+				rec = s.jr.key(ft, fsh, h)
+			}
 		}
 		second.mu.Unlock()
 		first.mu.Unlock()
+		if rec != 0 {
+			s.jr.wait(rec)
+		}
 		return nil
 	}
 }
@@ -527,6 +580,7 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 	var mbuf [8]groupMember
 	var lbuf [8]*shard
 	ms, locked := s.lockGroup(now, ops, group, mbuf[:0], lbuf[:0])
+	var rec uint64 // the last journal record
 	all := true
 	for _, m := range ms {
 		s.peek(now, ops, m, out)
@@ -544,8 +598,20 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 			}
 		}
 	}
+	if s.jr != nil {
+		// Every member that may have changed, once its state is final (a
+		// key admitGroup placed and dropped again is recorded as zero).
+		for _, m := range ms {
+			if ops[m.i].Kind == floodgate.OpAllow {
+				rec = s.jr.key(m.t, m.sh, m.h)
+			}
+		}
+	}
 	for _, sh := range locked {
 		sh.mu.Unlock()
+	}
+	if rec != 0 {
+		s.jr.wait(rec)
 	}
 	for _, m := range ms {
 		if out[m.i].Degraded {

@@ -88,6 +88,7 @@ type commonConfig struct {
 	drain, reloadEvery, storeTimeout time.Duration
 	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
 	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
+	journal                          journalConfig
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
 	// starts, so a SIGHUP sent as soon as the listeners answer reloads
 	// instead of killing the process (its default action).
@@ -160,7 +161,9 @@ type openedStore struct {
 // directory) or Redis, whose counters it registers in m.
 func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.Metrics) (*openedStore, error) {
 	if c.store == "memory" || c.store == "" {
-		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxKeys: int(c.maxKeys), MaxMemory: int64(c.maxMemory), Logger: log})
+		opts := memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxKeys: int(c.maxKeys), MaxMemory: int64(c.maxMemory), Logger: log}
+		c.journal.options(&opts)
+		ms, err := memstore.New(opts)
 		if err != nil {
 			return nil, err
 		}

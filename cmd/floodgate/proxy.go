@@ -48,6 +48,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.SetOutput(stderr)
 	c.register(fs, "memory-store snapshots, the example rules", "127.0.0.1:6071")
 	c.registerMaxMemory(fs)
+	c.journal.register(fs)
 	fs.StringVar(&c.upstream, "upstream", envString("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
 	fs.StringVar(&c.listen, "listen", envString("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
 	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose --client-ip-header is believed [FLOODGATE_TRUSTED_PROXIES]")
