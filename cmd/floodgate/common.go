@@ -270,13 +270,14 @@ func envSize(name string, def byteSize) byteSize {
 	return def
 }
 
-// memCollector exports the memory store's counters (memstore.Stats) and
-// caps, read at each scrape.
+// memCollector exports the memory store's counters (memstore.Stats and
+// JournalStats) and caps, read at each scrape.
 type memCollector struct {
 	ms                                           *memstore.Store
 	maxKeys, maxBytes                            int64
 	keys, bytes, capKeys, capBytes               *prometheus.Desc
 	evictions, constraining, expired, refusedNew *prometheus.Desc
+	jRecords, jWrites, jSyncs, jErrors, jLost    *prometheus.Desc
 }
 
 func newMemCollector(ms *memstore.Store, maxKeys int, maxBytes int64) *memCollector {
@@ -290,12 +291,18 @@ func newMemCollector(ms *memstore.Store, maxKeys int, maxBytes int64) *memCollec
 		constraining: d("floodgate_memstore_constraining_evictions_total", "Keys dropped at a cap while they still constrained (forgiving what they had used). The store makes none: it refuses the new key instead."),
 		expired:      d("floodgate_memstore_expired_total", "Keys dropped by sweeps once their count had decayed."),
 		refusedNew:   d("floodgate_memstore_refused_total", "Decisions on new keys the memory store had no room for (at a cap, every key still constraining), made by the rules' failure modes."),
+		jRecords:     d("floodgate_memstore_journal_records_total", "State changes appended to the memory store's journal (--journal)."),
+		jWrites:      d("floodgate_memstore_journal_writes_total", "Writes of journal records to the file (group commits)."),
+		jSyncs:       d("floodgate_memstore_journal_syncs_total", "Fsyncs of the journal."),
+		jErrors:      d("floodgate_memstore_journal_errors_total", "Journal writes or fsyncs that failed (each is logged); a crash may then lose more than --journal-sync."),
+		jLost:        d("floodgate_memstore_journal_lost_records_total", "Journal records lost to those errors."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.keys, c.bytes, c.capKeys, c.capBytes, c.evictions, c.constraining, c.expired, c.refusedNew} {
+	for _, d := range []*prometheus.Desc{c.keys, c.bytes, c.capKeys, c.capBytes, c.evictions, c.constraining, c.expired, c.refusedNew,
+		c.jRecords, c.jWrites, c.jSyncs, c.jErrors, c.jLost} {
 		ch <- d
 	}
 }
@@ -311,6 +318,12 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.constraining, prometheus.CounterValue, float64(st.Evicted))
 	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expired))
 	ch <- prometheus.MustNewConstMetric(c.refusedNew, prometheus.CounterValue, float64(st.Refused))
+	js := c.ms.JournalStats()
+	ch <- prometheus.MustNewConstMetric(c.jRecords, prometheus.CounterValue, float64(js.Records))
+	ch <- prometheus.MustNewConstMetric(c.jWrites, prometheus.CounterValue, float64(js.Writes))
+	ch <- prometheus.MustNewConstMetric(c.jSyncs, prometheus.CounterValue, float64(js.Syncs))
+	ch <- prometheus.MustNewConstMetric(c.jErrors, prometheus.CounterValue, float64(js.Errors))
+	ch <- prometheus.MustNewConstMetric(c.jLost, prometheus.CounterValue, float64(js.Lost))
 }
 
 // storeCollector exports a Redis store's counters (redisstore.Stats).

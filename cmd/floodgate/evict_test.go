@@ -170,6 +170,7 @@ func TestProxyMetricsShowMemoryStore(t *testing.T) {
 	for name, want := range map[string]float64{
 		"floodgate_memstore_keys": 1, "floodgate_memstore_max_keys": 16, "floodgate_memstore_max_bytes": 1 << 20,
 		"floodgate_memstore_refused_total": 0, "floodgate_memstore_evictions_total": 0, "floodgate_memstore_constraining_evictions_total": 0,
+		"floodgate_memstore_journal_errors_total": 0, "floodgate_memstore_journal_lost_records_total": 0,
 	} {
 		if got := metricValue(t, admin, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -177,5 +178,9 @@ func TestProxyMetricsShowMemoryStore(t *testing.T) {
 	}
 	if got := metricValue(t, admin, "floodgate_memstore_bytes"); got <= 0 {
 		t.Errorf("floodgate_memstore_bytes = %v", got)
+	}
+	// The decision was journaled (the journal is on by default).
+	if got := metricValue(t, admin, "floodgate_memstore_journal_records_total"); got < 1 {
+		t.Errorf("floodgate_memstore_journal_records_total = %v, want the decision's record", got)
 	}
 }
