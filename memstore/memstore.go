@@ -13,14 +13,19 @@
 //
 // Idle keys expire on their own: a key whose state is back at fresh is
 // dropped by a periodic sweep and whenever a shard would otherwise grow.
-// The number of keys is capped; at the cap, inserting a new key evicts the
-// least consumed of a sample of keys (as Redis's maxmemory does), so a
-// flood of new keys pushes out other barely used keys, not a throttled one.
-// Evictions of keys that were still constraining are counted.
+// The number of keys and the bytes of the tables are capped. At a cap a new
+// key takes the room of a key that no longer constrains (one whose state
+// has decayed to fresh), found in a sample of its shard or by sweeping it.
+// A key that constrains is never dropped for room, whatever a flood of new
+// keys has consumed: where there is no room the new key is refused, and
+// decided as by a store that cannot answer, by its rules' failure modes
+// (Rule.OnStoreFailure; Decision.Degraded). Refusals are counted (Stats)
+// and logged.
 //
 // Optionally the store writes a snapshot of every key to a file at an
 // interval and on Close, and reads it back in New, so that a restart does
-// not hand out a fresh daily quota.
+// not hand out a fresh daily quota; and a journal of every change since
+// the last snapshot, so that a crash does not either.
 package memstore
 
 import (
@@ -48,14 +53,21 @@ import (
 // Options configure a Store. The zero value is a good default.
 type Options struct {
 	// MaxKeys caps the number of keys over all policies (default 4,194,304).
-	// At the cap a new key evicts the least consumed key of a sample of 8
-	// from its shard. A shard holding fewer than 8 keys still grows, so the
-	// cap can be passed by at most 8 keys per shard.
+	// At the cap a new key takes the room of a key of its shard that no
+	// longer constrains (its state has decayed to fresh), or, where every
+	// key does, is refused: its rules' failure modes decide it
+	// (Rule.OnStoreFailure: closed denies; open, and local, whose local
+	// memory is this store, admit), and the decision is marked Degraded.
+	// A key that constrains is never dropped to make room. A shard holding
+	// fewer than 8 keys still grows, so the cap can be passed by at most 8
+	// keys per shard; a restored snapshot passes it rather than drop a key
+	// it holds (after the cap was lowered).
 	MaxKeys int
 	// MaxMemory caps the bytes of the key tables (default 1 GiB): where a
-	// table would grow past it, a new key evicts as at MaxKeys instead. Wide
-	// states (a sliding log of limit 10,000 is 80 KB a key) reach this cap
-	// long before MaxKeys.
+	// table would grow past it, a new key takes the room of one that no
+	// longer constrains, or is refused, as at MaxKeys. Wide states (a
+	// sliding log of limit 10,000 is 80 KB a key) reach this cap long
+	// before MaxKeys.
 	MaxMemory int64
 	// Shards per policy, rounded up to a power of two (default 64, or 8 per
 	// CPU if more).
@@ -67,6 +79,25 @@ type Options struct {
 	// writes every SnapshotInterval (default 1 minute) and on Close.
 	SnapshotPath     string
 	SnapshotInterval time.Duration // how often the snapshot is written (default 1 minute)
+	// JournalPath, when set (SnapshotPath must be too), keeps a journal of
+	// every state change since the last snapshot in files JournalPath.<n>,
+	// replayed over the snapshot in New, so that a crash loses at most the
+	// changes of about one JournalSync (see journal.go and SyncJournal).
+	JournalPath string
+	// JournalSync is how often the journal is written and fsynced
+	// (default 10 ms; negative: only at JournalSyncRecords, SyncJournal,
+	// a snapshot and Close).
+	JournalSync time.Duration
+	// JournalSyncRecords writes and fsyncs the journal as soon as this
+	// many records wait, before JournalSync is up (default 1000).
+	JournalSyncRecords int
+	// JournalWriteThrough makes each change return only once its record
+	// is written to the journal's file (write(2), with the records of the
+	// changes made meanwhile: a group commit), not at the next JournalSync:
+	// a kill -9 then loses no decision that was returned; a power loss
+	// still loses those since the last fsync.
+	JournalWriteThrough bool
+	journalTick         <-chan time.Time // tests: the flusher's tick in place of JournalSync's
 	// Clock times background sweeps and snapshots (default clock.Coarse).
 	Clock floodgate.Clock
 	// Logger receives snapshot errors and a warning for a policy decided
@@ -84,10 +115,15 @@ type Store struct {
 	mu     sync.Mutex              // guards byName and reg's writes
 	byName map[string]*table
 
-	keys    atomic.Int64
-	bytes   atomic.Int64 // of key tables
-	evicted atomic.Int64
-	expired atomic.Int64
+	keys      atomic.Int64
+	bytes     atomic.Int64 // of key tables
+	evictions atomic.Int64
+	evicted   atomic.Int64 // evictions of constraining keys: none are made
+	expired   atomic.Int64
+	refused   atomic.Int64
+	refusedAt atomic.Int64 // when a refusal was last logged (seconds)
+
+	jr *journal // nil: no journal
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -132,19 +168,31 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.k0, s.k1 = le64(seed[:8]), le64(seed[8:])
+	if opts.JournalPath != "" && opts.SnapshotPath == "" {
+		return nil, errors.New("memstore: a journal needs a snapshot (JournalPath without SnapshotPath)")
+	}
 	if opts.SnapshotPath != "" {
 		// The tables are filled now (readSnapshot), not at each policy's
 		// first decision: that held the store's lock (every policy's
 		// first decision) for seconds after a restart with millions of
 		// keys, and callers with a deadline (Envoy's 20 ms) failed
 		// meanwhile.
-		if err := s.restore(opts.SnapshotPath); err != nil {
+		keyed, from, err := s.restore(opts.SnapshotPath)
+		if err != nil {
 			return nil, err
+		}
+		if opts.JournalPath != "" {
+			if s.jr, err = s.openJournal(opts.JournalPath, keyed, from); err != nil {
+				return nil, err
+			}
 		}
 		// a snapshot that cannot be written is said now, not at Close,
 		// when the state it was to keep is already lost
 		f, err := os.CreateTemp(filepath.Dir(opts.SnapshotPath), ".floodgate-snapshot-*")
 		if err != nil {
+			if s.jr != nil {
+				s.jr.close()
+			}
 			return nil, fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", opts.SnapshotPath, err)
 		}
 		f.Close()
@@ -154,6 +202,7 @@ func New(opts Options) (*Store, error) {
 		s.wg.Add(1)
 		go s.background()
 	}
+	s.startJournal()
 	return s, nil
 }
 
@@ -170,18 +219,65 @@ func MustNew(opts Options) *Store {
 type Stats struct {
 	Keys  int64 // keys held now
 	Bytes int64 // bytes of the key tables
-	// Evicted counts keys dropped to stay under MaxKeys while their state
-	// was not yet fresh, so that the eviction forgave something they had
-	// consumed (they were still constraining). Fresh keys dropped at the
-	// cap count as Expired.
+	// Evictions counts keys dropped at a cap (MaxKeys or MaxMemory) to make
+	// room for a new key. Only a key that no longer constrains is dropped
+	// (its state had decayed to fresh): an eviction forgives nothing.
+	Evictions int64
+	// Evicted counts evictions of keys that still constrained, which would
+	// have forgiven what they had consumed. The store makes none (it
+	// refuses the new key instead: Refused), so this stays 0; it is kept
+	// to be watched.
 	Evicted int64
-	// Expired counts keys dropped because their state was fresh again.
+	// Expired counts keys dropped by sweeps because their state was fresh
+	// again.
 	Expired int64
+	// Refused counts decisions on new keys the store had no room for: at a
+	// cap, every key it could drop still constrained. The rules' failure
+	// modes made them (Decision.Degraded).
+	Refused int64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Keys: s.keys.Load(), Bytes: s.bytes.Load(), Evicted: s.evicted.Load(), Expired: s.expired.Load()}
+	return Stats{Keys: s.keys.Load(), Bytes: s.bytes.Load(), Evictions: s.evictions.Load(), Evicted: s.evicted.Load(),
+		Expired: s.expired.Load(), Refused: s.refused.Load()}
+}
+
+// refuseLogEvery is how often, at most, refusals are logged (seconds).
+const refuseLogEvery = 10
+
+// refuse decides into d an operation on a new key the store has no room
+// for, as a store that cannot answer: by its rules' failure modes.
+func (s *Store) refuse(p *floodgate.Policy, d *floodgate.Decision) {
+	s.refused.Add(1)
+	*d = *p.Attached(refusalKey{}, func() any { return refusal(p) }).(*floodgate.Decision)
+}
+
+type refusalKey struct{}
+
+// refusal is policy p's decision on a key the store has no room for: the
+// first rule failing closed denies it; else it is admitted (a rule failing
+// to a local limit fails open: its local memory is this store, full).
+func refusal(p *floodgate.Policy) *floodgate.Decision {
+	rules := p.Rules()
+	for _, r := range rules {
+		if r.OnStoreFailure == floodgate.FailClosed {
+			return &floodgate.Decision{Limit: r.Limit, Rule: r.Name, Reason: floodgate.ReasonStoreUnavailable, RetryAfter: time.Second, Degraded: true}
+		}
+	}
+	return &floodgate.Decision{Allowed: true, Limit: rules[0].Limit, Remaining: rules[0].Limit, Rule: rules[0].Name, Degraded: true}
+}
+
+// logRefused logs that new keys are being refused, at most every
+// refuseLogEvery seconds of now (microseconds), with the count so far.
+// Callers have released the shard's lock.
+func (s *Store) logRefused(now int64) {
+	sec, last := now/1_000_000, s.refusedAt.Load()
+	if sec-last < refuseLogEvery && sec >= last || !s.refusedAt.CompareAndSwap(last, sec) {
+		return
+	}
+	s.opts.Logger.Warn("memstore: no room for new keys: every key that could make room still constrains, so the rules' failure modes decide new keys until keys decay (raise the caps to hold more)",
+		"refused", s.refused.Load(), "keys", s.keys.Load(), "max_keys", s.opts.MaxKeys, "bytes", s.bytes.Load(), "max_memory", s.opts.MaxMemory)
 }
 
 // Close stops the background work and writes a last snapshot if one is
@@ -192,6 +288,9 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		if s.opts.SnapshotPath != "" {
 			s.closeErr = s.Snapshot(s.opts.SnapshotPath)
+		}
+		if s.jr != nil {
+			s.closeErr = errors.Join(s.closeErr, s.jr.close())
 		}
 	})
 	return s.closeErr
@@ -370,7 +469,17 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (d floodgate
 			continue
 		}
 		sh.do(t, h, now, &op, &d)
+		var rec uint64
+		if s.jr != nil && op.Kind != floodgate.OpPeek {
+			rec = s.jr.key(t, sh, h)
+		}
 		sh.mu.Unlock()
+		if d.Degraded {
+			s.logRefused(now)
+		}
+		if rec != 0 {
+			s.jr.wait(rec)
+		}
 		return d, nil
 	}
 }
@@ -387,6 +496,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 		return nil // one table: the newer version converts it
 	}
 	h := s.hash(key)
+	var rec uint64
 	for {
 		ft, tt := s.table(from, now), s.table(to, now)
 		fsh, tsh := &ft.shards[h>>ft.shift], &tt.shards[h>>tt.shift]
@@ -418,9 +528,16 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 				tsh.deleteAt(tt, j)
 			}
 			fsh.deleteAt(ft, i) // another shard's insert left this one alone
+			if s.jr != nil {
+				s.jr.key(tt, tsh, h)
+				rec = s.jr.key(ft, fsh, h)
+			}
 		}
 		second.mu.Unlock()
 		first.mu.Unlock()
+		if rec != 0 {
+			s.jr.wait(rec)
+		}
 		return nil
 	}
 }
@@ -463,23 +580,93 @@ func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []flood
 	var mbuf [8]groupMember
 	var lbuf [8]*shard
 	ms, locked := s.lockGroup(now, ops, group, mbuf[:0], lbuf[:0])
+	var rec uint64 // the last journal record
 	all := true
 	for _, m := range ms {
-		op := ops[m.i]
-		op.Kind = floodgate.OpPeek
-		m.sh.do(m.t, m.h, now, &op, &out[m.i])
+		s.peek(now, ops, m, out)
 		if ops[m.i].Kind == floodgate.OpAllow {
 			all = all && out[m.i].Allowed
 		}
 	}
-	for _, m := range ms {
-		if op := &ops[m.i]; op.Kind == floodgate.OpAllow && (all || !out[m.i].Allowed) {
-			m.sh.do(m.t, m.h, now, op, &out[m.i])
+	if all && !s.admitGroup(now, ops, ms, out) {
+		all = false // a member refused for want of room, by a rule failing closed
+	}
+	if !all {
+		for _, m := range ms {
+			if op := &ops[m.i]; op.Kind == floodgate.OpAllow && !out[m.i].Allowed && !out[m.i].Degraded {
+				m.sh.do(m.t, m.h, now, op, &out[m.i])
+			}
+		}
+	}
+	if s.jr != nil {
+		// Every member that may have changed, once its state is final (a
+		// key admitGroup placed and dropped again is recorded as zero).
+		for _, m := range ms {
+			if ops[m.i].Kind == floodgate.OpAllow {
+				rec = s.jr.key(m.t, m.sh, m.h)
+			}
 		}
 	}
 	for _, sh := range locked {
 		sh.mu.Unlock()
 	}
+	if rec != 0 {
+		s.jr.wait(rec)
+	}
+	for _, m := range ms {
+		if out[m.i].Degraded {
+			s.logRefused(now)
+			break
+		}
+	}
+}
+
+// peek decides member m as OpPeek.
+func (s *Store) peek(now int64, ops []floodgate.Op, m groupMember, out []floodgate.Decision) {
+	op := ops[m.i]
+	op.Kind = floodgate.OpPeek
+	m.sh.do(m.t, m.h, now, &op, &out[m.i])
+}
+
+// admitGroup admits every OpAllow member of a group that fits whole, and
+// reports false, having consumed nothing, if the store had no room for a
+// member's key and a rule failing closed refused it. The members that may
+// need room, those whose key the store does not hold or holds fresh, go
+// first; if one is refused so, the keys of those before it are dropped
+// again (they were absent or fresh: dropping them restores what was) and
+// peeked anew. The others' keys are held and constrain, so making room
+// drops none of them, and they are admitted last, when nothing can fail.
+func (s *Store) admitGroup(now int64, ops []floodgate.Op, ms []groupMember, out []floodgate.Decision) bool {
+	var nbuf [8]bool
+	newcomer := nbuf[:0]
+	for _, m := range ms {
+		i := m.sh.find(m.h)
+		newcomer = append(newcomer, i < 0 || m.t.policy.Load().Consumption(m.sh.state(i), now) == 0)
+	}
+	for j, m := range ms {
+		if ops[m.i].Kind != floodgate.OpAllow || !newcomer[j] {
+			continue
+		}
+		m.sh.do(m.t, m.h, now, &ops[m.i], &out[m.i])
+		if d := &out[m.i]; !d.Degraded || d.Allowed {
+			continue
+		}
+		for k, b := range ms[:j] {
+			if ops[b.i].Kind == floodgate.OpAllow && newcomer[k] {
+				if i := b.sh.find(b.h); i >= 0 {
+					b.sh.deleteAt(b.t, i)
+				}
+				s.peek(now, ops, b, out)
+			}
+		}
+		return false
+	}
+	for j, m := range ms {
+		if ops[m.i].Kind == floodgate.OpAllow && !newcomer[j] {
+			m.sh.do(m.t, m.h, now, &ops[m.i], &out[m.i])
+		}
+	}
+	return true
 }
 
 // A groupMember is a member of a group and where its key lives.

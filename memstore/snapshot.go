@@ -23,9 +23,15 @@ import (
 //	    header length (uint32) and JSON header (policy name and rules)
 //	    words per slot w (uint32), key count (uint64)
 //	    count × w int64 words: the key's hash, then its state
+//	optionally, a trailer: "floodgate-journal-from\x00" and a uint64, the
+//	first journal segment the snapshot does not hold (readers before the
+//	journal ignore it, as any bytes after the tables)
 //
 // The file holds the hash key, so it is written with mode 0600.
-const snapMagic = "floodgate-memstore\x00\x01"
+const (
+	snapMagic   = "floodgate-memstore\x00\x01"
+	snapTrailer = "floodgate-journal-from\x00"
+)
 
 type snapRule struct {
 	Name           string              `json:"name"`
@@ -50,8 +56,21 @@ type snapHeader struct {
 }
 
 // Snapshot writes every key to path, atomically (a temporary file renamed
-// over path).
+// over path). A snapshot of the store's SnapshotPath with a journal
+// starts a new journal segment first and deletes the older ones once the
+// snapshot is in place.
 func (s *Store) Snapshot(path string) error {
+	if s.jr != nil && path == s.opts.SnapshotPath {
+		return s.jr.snapshot(path)
+	}
+	return s.snapshot(path)
+}
+
+func (s *Store) snapshot(path string) error { return s.snapshotFrom(path, 0) }
+
+// snapshotFrom writes a snapshot that holds every journal segment before
+// segment from (0: no trailer).
+func (s *Store) snapshotFrom(path string, from uint64) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".floodgate-snapshot-*")
 	if err != nil {
 		return err
@@ -62,6 +81,9 @@ func (s *Store) Snapshot(path string) error {
 		return err
 	}
 	err = s.writeSnapshot(tmp)
+	if err == nil && from != 0 {
+		_, err = tmp.Write(binary.LittleEndian.AppendUint64([]byte(snapTrailer), from))
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -259,20 +281,28 @@ func (h snapHeader) policy() (*floodgate.Policy, error) {
 	return floodgate.NewPolicy(h.Policy, rules...)
 }
 
-// restore reads a snapshot; a missing file is no error.
-func (s *Store) restore(path string) error {
+// restore reads a snapshot and says whether there was one (whose hash key
+// the store now has), and the first journal segment it does not hold (0:
+// not said); a missing file is no error.
+func (s *Store) restore(path string) (bool, uint64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, 0, nil
 	}
 	if err != nil {
-		return err
+		return false, 0, err
 	}
 	defer f.Close()
-	if err := s.readSnapshot(bufio.NewReaderSize(f, 1<<16)); err != nil {
-		return fmt.Errorf("memstore: restore %s: %w", path, err)
+	r := bufio.NewReaderSize(f, 1<<16)
+	if err := s.readSnapshot(r); err != nil {
+		return false, 0, fmt.Errorf("memstore: restore %s: %w", path, err)
 	}
-	return nil
+	var from uint64
+	tr := make([]byte, len(snapTrailer)+8)
+	if _, err := io.ReadFull(r, tr); err == nil && string(tr[:len(snapTrailer)]) == snapTrailer {
+		from = le64(tr[len(snapTrailer):])
+	}
+	return true, from, nil
 }
 
 // readSnapshot reads a snapshot into the store's tables, a key at a time:
@@ -320,7 +350,7 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+p.Width())
 		}
 		if count > uint64(s.opts.MaxKeys)*2 || count*uint64(w) > 1<<34 {
-			return fmt.Errorf("table %d (policy %q): %d keys", ti, h.Policy, count)
+			return fmt.Errorf("table %d (policy %q): %d keys, more than twice the cap of %d keys (MaxKeys) or 128 GiB", ti, h.Policy, count, s.opts.MaxKeys)
 		}
 		t := s.newTable(p)
 		wb := make([]byte, 8*w)

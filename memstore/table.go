@@ -57,7 +57,8 @@ type shard struct {
 	n       int // keys held
 	rng     uint64
 	scratch []int64 // a fresh state for operations on absent keys
-	_       [24]byte
+	swept   int64   // when evict last swept the whole shard (microseconds)
+	_       [16]byte
 }
 
 const minSlots = 8
@@ -124,14 +125,18 @@ func (sh *shard) do(t *table, h uint64, now int64, op *floodgate.Op, d *floodgat
 		switch op.Kind {
 		case floodgate.OpPeek, floodgate.OpRefund, floodgate.OpReset:
 			// Nothing to keep: answer from a fresh state.
-			if len(sh.scratch) != p.Width() {
-				sh.scratch = make([]int64, p.Width())
-			}
-			clear(sh.scratch)
-			p.ApplyTo(sh.scratch, now, op, d)
+			sh.fresh(p, now, op, d)
 			return
 		}
-		i = sh.insert(t, p, h, now)
+		if i = sh.tryInsert(t, p, h, now); i < 0 {
+			// No room, and every key the shard could drop still
+			// constrains. A decision that keeps nothing (a cost too large)
+			// needs no room; any other is the rules' failure modes'.
+			if sh.fresh(p, now, op, d); p.Consumption(sh.scratch, now) > 0 {
+				t.store.refuse(p, d)
+			}
+			return
+		}
 		p.ApplyTo(sh.state(i), now, op, d)
 		// A new key that was denied may hold nothing worth keeping.
 		if !d.Allowed && p.Consumption(sh.state(i), now) == 0 {
@@ -145,32 +150,75 @@ func (sh *shard) do(t *table, h uint64, now int64, op *floodgate.Op, d *floodgat
 	}
 }
 
-// insert places a new key with a fresh state and returns its slot.
-func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int {
-	s := t.store
-	if s.keys.Load() >= int64(s.opts.MaxKeys) && sh.n >= evictSample {
-		sh.evict(t, p, now)
+// fresh performs op on a fresh state in the shard's scratch words, which
+// hold the resulting state after.
+func (sh *shard) fresh(p *floodgate.Policy, now int64, op *floodgate.Op, d *floodgate.Decision) {
+	if len(sh.scratch) != p.Width() {
+		sh.scratch = make([]int64, p.Width())
 	}
+	clear(sh.scratch)
+	p.ApplyTo(sh.scratch, now, op, d)
+}
+
+// insert places a key with a fresh state and returns its slot, whatever
+// the caps: at a cap it makes room by dropping a key that no longer
+// constrains where it finds one, and passes the cap where it does not.
+// Keys the store already held go in this way (a snapshot's, on restore;
+// a key moved to another policy, which leaves its old table): refusing
+// one would forgive what it had consumed.
+func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int {
+	sh.makeRoom(t, p, now, true)
+	return sh.place(t, h)
+}
+
+// tryInsert places a new key as insert does, except that at a cap where
+// no key that no longer constrains can be dropped it places nothing and
+// returns -1: the caller refuses the key.
+func (sh *shard) tryInsert(t *table, p *floodgate.Policy, h uint64, now int64) int {
+	if !sh.makeRoom(t, p, now, false) {
+		return -1
+	}
+	return sh.place(t, h)
+}
+
+// makeRoom readies the shard for one more key. Below the caps it drops
+// fresh keys or grows the table, as a table fills. At the key cap, or at
+// the memory cap where the table would have to grow, it drops a key that
+// no longer constrains (evict); where there is none it reports false, or
+// with force lets the key pass the cap.
+func (sh *shard) makeRoom(t *table, p *floodgate.Policy, now int64, force bool) bool {
+	s := t.store
+	if s.keys.Load() >= int64(s.opts.MaxKeys) && sh.n >= evictSample && !sh.evict(t, p, now) && !force {
+		return false
+	}
+	if sh.words == nil || (sh.n+1)*8 <= (sh.mask+1)*7 {
+		return true // room without growing (place makes a first table)
+	}
+	growth := int64(len(sh.words)) * 8
+	if s.bytes.Load()+growth > s.opts.MaxMemory && sh.n > 0 {
+		// Growing would pass the memory cap: make room instead, in a
+		// shard of few keys too (wide states fill the cap with few keys
+		// a shard).
+		if sh.evict(t, p, now) {
+			return true
+		}
+		if !force {
+			return false
+		}
+	}
+	// Full enough to grow: first drop fresh keys; grow unless that freed
+	// a good share.
+	if freed := sh.sweep(t, now); sh.words != nil && (freed*4 < sh.n || (sh.n+1)*8 > (sh.mask+1)*7) {
+		sh.resize(t, 2*(sh.mask+1))
+	}
+	return true
+}
+
+// place puts hash h in a free slot with a fresh state and returns the
+// slot. makeRoom has made room.
+func (sh *shard) place(t *table, h uint64) int {
 	if sh.words == nil {
 		sh.resize(t, initialSlots(sh.w))
-	}
-	if (sh.n+1)*8 > (sh.mask+1)*7 {
-		growth := int64(len(sh.words)) * 8
-		switch {
-		case s.bytes.Load()+growth <= int64(s.opts.MaxMemory) || sh.n == 0:
-			// Full enough to grow: first drop fresh keys; grow unless that
-			// freed a good share.
-			if freed := sh.sweep(t, now); sh.words == nil {
-				sh.resize(t, initialSlots(sh.w))
-			} else if freed*4 < sh.n || (sh.n+1)*8 > (sh.mask+1)*7 {
-				sh.resize(t, 2*(sh.mask+1))
-			}
-		default:
-			// Growing would pass the memory cap: make room instead, in
-			// a shard of few keys too (wide states fill the cap with
-			// few keys a shard).
-			sh.evict(t, p, now)
-		}
 	}
 	i := int(h) & sh.mask
 	for sh.words[i*sh.w] != 0 {
@@ -180,7 +228,7 @@ func (sh *shard) insert(t *table, p *floodgate.Policy, h uint64, now int64) int 
 	clear(slot)
 	slot[0] = int64(h)
 	sh.n++
-	s.keys.Add(1)
+	t.store.keys.Add(1)
 	return i
 }
 
@@ -249,33 +297,48 @@ func (sh *shard) sweep(t *table, now int64) int {
 
 const evictSample = 8
 
-// evict drops the least consumed of up to evictSample keys found from a
-// random slot on.
-func (sh *shard) evict(t *table, p *floodgate.Policy, now int64) {
+// sweepAtCapEvery is how often, at most, evict sweeps a shard in which it
+// sampled no key that no longer constrains (microseconds): a flood at the
+// cap pays a pass over each shard every 10 s, not at each new key. A pass
+// costs about 30 ns a key, so at the default cap of 4M keys a sustained
+// flood costs 12 ms of CPU a second, and a shard's lock is held about 2 ms
+// (64 shards).
+const sweepAtCapEvery = 10_000_000
+
+// evict makes room at a cap by dropping a key that no longer constrains,
+// and reports whether it found one. A key constrains while any of its
+// rules counts something against it (Policy.Consumption > 0): with u of a
+// capacity B counted, a request of cost B-u+1, which a fresh key would
+// admit, is refused, so dropping the key could let a request past its
+// limit. A key with nothing counted decides as a key never seen: dropping
+// it changes no decision. evict looks at up to evictSample keys from a
+// random slot on and drops the first that no longer constrains; if none
+// is, it sweeps the whole shard, unless it did in the last 10 s. It
+// never drops a key that constrains: the caller refuses the new key
+// instead (a flood of keys spending a quota whole must not hand a used-up
+// key its quota back).
+func (sh *shard) evict(t *table, p *floodgate.Policy, now int64) bool {
 	sh.rng ^= sh.rng << 13
 	sh.rng ^= sh.rng >> 7
 	sh.rng ^= sh.rng << 17
 	start := int(sh.rng) & sh.mask
-	victim, least := -1, int64(1<<62)
 	for k, seen := 0, 0; k <= sh.mask && seen < evictSample; k++ {
 		i := (start + k) & sh.mask
 		if sh.words[i*sh.w] == 0 {
 			continue
 		}
 		seen++
-		if c := p.Consumption(sh.state(i), now); c < least {
-			victim, least = i, c
+		if p.Consumption(sh.state(i), now) == 0 {
+			sh.deleteAt(t, i)
+			t.store.evictions.Add(1)
+			return true
 		}
 	}
-	if victim < 0 {
-		return
+	if since := now - sh.swept; since >= 0 && since < sweepAtCapEvery {
+		return false
 	}
-	sh.deleteAt(t, victim)
-	if least == 0 {
-		t.store.expired.Add(1) // fresh: dropping it changes nothing
-		return
-	}
-	t.store.evicted.Add(1) // its state was not fresh: it was still constraining
+	sh.swept = now
+	return sh.sweep(t, now) > 0
 }
 
 // migrate converts every key of the table to policy p (a newer version of

@@ -60,28 +60,42 @@ type coalescer struct {
 type slotConn struct {
 	dc      rueidis.DedicatedClient
 	release func()
-	broken  bool // a call failed on it: give it back instead of reusing it
+	broken  bool   // a call failed on it: give it back instead of reusing it
+	gen     uint64 // the generation of the master it was made to (follow.go)
 }
 
-// getConn returns a connection for a slot just taken: an idle one, or a
-// new one, made in a goroutine of its own so that ctx bounds the wait (a
-// new connection to a Redis that accepts it and then says nothing — a
-// paused or overloaded server — would hold its maker for the dial and
-// handshake timeouts). A connection that comes after ctx has ended is kept
-// for the next slot.
+// retire closes sc, in a goroutine of its own (closing a connection to a
+// silent server waits for it), and gives it back: a connection to a
+// deposed master, which must not decide again.
+func (sc *slotConn) retire() {
+	go sc.dc.Close()
+}
+
+// getConn returns a connection for a slot just taken: an idle one to the
+// current master, or a new one, made in a goroutine of its own so that ctx
+// bounds the wait (a new connection to a Redis that accepts it and then
+// says nothing — a paused or overloaded server — would hold its maker for
+// the dial and handshake timeouts). A connection that comes after ctx has
+// ended is kept for the next slot. An idle connection to a deposed
+// master (follow.go) is retired.
 func (c *coalescer) getConn(ctx context.Context) (*slotConn, error) {
+	gen := c.s.following() // read before Dedicate: see follower.current
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	for n := len(c.idle); n > 0; n = len(c.idle) {
 		sc := c.idle[n-1]
+		c.idle[n-1] = nil
 		c.idle = c.idle[:n-1]
-		c.mu.Unlock()
-		return sc, nil
+		if sc.gen == gen {
+			c.mu.Unlock()
+			return sc, nil
+		}
+		sc.retire()
 	}
 	c.mu.Unlock()
 	made := make(chan *slotConn, 1)
 	go func() {
 		dc, release := c.s.client.Dedicate()
-		made <- &slotConn{dc: dc, release: release}
+		made <- &slotConn{dc: dc, release: release, gen: gen}
 	}()
 	select {
 	case sc := <-made:
@@ -95,8 +109,13 @@ func (c *coalescer) getConn(ctx context.Context) (*slotConn, error) {
 // putConn takes back a slot's connection. A connection a call failed on
 // (a timeout, a broken socket, a server that became a replica) goes back
 // to rueidis, which drops it if it is broken; the next slot gets another.
+// One made to a deposed master is retired.
 func (c *coalescer) putConn(sc *slotConn) {
 	if sc == nil {
+		return
+	}
+	if sc.gen != c.s.following() {
+		sc.retire()
 		return
 	}
 	c.mu.Lock()
@@ -107,6 +126,23 @@ func (c *coalescer) putConn(sc *slotConn) {
 	}
 	c.mu.Unlock()
 	sc.release()
+}
+
+// retireIdle retires the idle connections made to a master before
+// generation gen (follow.go); those in a call are retired when it ends.
+func (c *coalescer) retireIdle(gen uint64) {
+	c.mu.Lock()
+	kept := c.idle[:0]
+	for _, sc := range c.idle {
+		if sc.gen == gen {
+			kept = append(kept, sc)
+		} else {
+			sc.retire()
+		}
+	}
+	clear(c.idle[len(kept):])
+	c.idle = kept
+	c.mu.Unlock()
 }
 
 // close gives back the idle connections; those in use go back as their
@@ -239,7 +275,7 @@ func (c *coalescer) release(sc *slotConn) {
 func (c *coalescer) drain(batch []*waiter, sc *slotConn) {
 	for ; batch != nil; batch = c.next(sc) {
 		ctx := c.s.timeoutContext(time.Now())
-		if sc == nil || sc.broken {
+		if sc == nil || sc.broken || sc.gen != c.s.following() {
 			c.putConn(sc)
 			var err error
 			if sc, err = c.getConn(ctx); err != nil {

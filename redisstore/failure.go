@@ -157,6 +157,7 @@ var crc16Table = func() (t [256]uint16) {
 // at their share; rules that fail open drop out.
 type fallback struct {
 	mem *memstore.Store
+	ls  *localSync // seeds and charges back the local rules (localsync.go)
 }
 
 type plan struct {
@@ -229,7 +230,7 @@ func (f *fallback) decide(ctx context.Context, now int64, op *floodgate.Op) floo
 				lop.Spare |= 1 << j
 			}
 		}
-		if d, err := f.mem.Do(ctx, now, lop); err == nil {
+		if d, err := f.local(ctx, now, op, pl, lop); err == nil {
 			return d
 		}
 	}

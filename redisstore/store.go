@@ -99,6 +99,10 @@ type Options struct {
 	// before Redis 7. Scripts are slower: their helpers are compiled on
 	// every call.
 	NoFunctions bool
+	// LocalKeys bounds the keys whose last state seen on Redis the store
+	// keeps for rules that fail to a local limit, to seed the local limiter
+	// and charge back what it admitted (localsync.go; default 65536).
+	LocalKeys int
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -112,6 +116,7 @@ type Store struct {
 	batchScript *rueidis.Lua
 	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
 	co          *coalescer   // nil: every decision is a call of its own
+	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
 
 	libMu     sync.Mutex
@@ -128,6 +133,7 @@ type Store struct {
 	// modes, not every key of the cluster.
 	brks     []breaker
 	fallback *fallback
+	local    *localSync // failure_mode local's meeting with Redis
 
 	calls, errs, timeouts, degraded atomic.Int64
 	starved                         atomic.Int64 // timeouts excused as this process's starvation
@@ -189,7 +195,10 @@ func New(rawURL string, opts Options) (*Store, error) {
 }
 
 // NewWithClient returns a store on an existing rueidis client, which the
-// caller keeps ownership of.
+// caller keeps ownership of. On a Sentinel client the store follows the
+// client's master, its own connections included (follow.go); set
+// SentinelOption.TopologyRefreshInterval so that the client catches a
+// +switch-master it missed (New sets a second).
 func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "floodgate"
@@ -215,6 +224,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	if opts.Batches <= 0 {
 		opts.Batches = 2
 	}
+	if opts.LocalKeys <= 0 {
+		opts.LocalKeys = 1 << 16
+	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
 		moveScript: rueidis.NewLuaScript(MoveScript())}
 	if opts.MaxTimeout > opts.Timeout {
@@ -232,6 +244,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	for i := range s.brks {
 		s.brks[i].threshold, s.brks[i].cooldown = opts.BreakerThreshold, opts.BreakerCooldown
 	}
+	if c.Mode() == rueidis.ClientModeSentinel {
+		s.follow = newFollower(c, s.switched)
+	}
 	fb, err := newFallback()
 	if err != nil {
 		return nil, err
@@ -242,6 +257,8 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		addrs = append(addrs, a)
 	}
 	s.startMonitor(clock.Precise, onThisHost(addrs))
+	s.local = newLocalSync(s, fb, opts.LocalKeys)
+	fb.ls = s.local
 	return s, nil
 }
 
@@ -336,6 +353,7 @@ func ParseURL(raw string) (rueidis.ClientOption, error) {
 			return co, fmt.Errorf("redisstore: store URL %s: name the master after the hosts: redis-sentinel://host:port/master-name", redact(raw))
 		}
 		co.Sentinel.Username, co.Sentinel.Password = co.Username, co.Password
+		co.Sentinel.TopologyRefreshInterval = sentinelRefresh
 	} else if strings.Trim(path, "/") != "" {
 		return co, fmt.Errorf("redisstore: store URL %s: a cluster has no database number", redact(raw))
 	}
@@ -390,6 +408,7 @@ func redact(raw string) string {
 // Close closes the store's connections (when New opened them).
 func (s *Store) Close() error {
 	s.stopMonitor()
+	s.local.close()
 	if s.co != nil {
 		s.co.close()
 	}
@@ -488,13 +507,19 @@ type Stats struct {
 	// Lag is the longest this process was late to run, as the store's lag
 	// monitor saw it, in its last half second (starve.go).
 	Lag time.Duration
+	// LocalCharged counts the requests admitted by rules failing to local
+	// and charged back to Redis when it answered again; LocalUntracked the
+	// local decisions on keys that found no room to be seeded and charged
+	// back (Options.LocalKeys; localsync.go).
+	LocalCharged, LocalUntracked int64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
 		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
-		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond}
+		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
+		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
 }
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
@@ -523,6 +548,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		return floodgate.Decision{}, errNoPolicy
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
+	s.checkMaster()
 	brk := s.breakerFor(key)
 	if !brk.allow() {
 		return s.degrade(ctx, now, &op, nil), nil
@@ -534,6 +560,9 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 			return floodgate.Decision{}, ctx.Err()
 		}
 		return s.degrade(ctx, now, &op, errNoTime), nil
+	}
+	if s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		s.local.settle(sctx, now, []floodgate.Op{op})
 	}
 	s.calls.Add(1)
 	var d floodgate.Decision
@@ -559,6 +588,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if err == nil {
 		s.answered(start.UnixMicro())
 		brk.success()
+		s.local.answered(&op, &d, now)
 		return d, nil
 	}
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure
@@ -613,6 +643,7 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[0] = d
 		return nil
 	}
+	s.checkMaster()
 	if s.co == nil {
 		return s.doEach(ctx, now, ops, out)
 	}
@@ -635,6 +666,9 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 			out[i] = s.degrade(ctx, now, &ops[i], errNoTime)
 		}
 		return nil
+	}
+	if s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		s.local.settle(sctx, now, ops)
 	}
 	s.calls.Add(int64(len(ops)))
 	errs := make([]error, len(ops))
@@ -659,6 +693,7 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 	var firstErr error
 	for i, err := range errs {
 		if err == nil {
+			s.local.answered(&ops[i], &out[i], now)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -714,6 +749,13 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 	for i := range ops {
 		errs[i] = errBreakerOpen
 	}
+	if len(ask) > 0 && s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		asked := make([]floodgate.Op, len(ask))
+		for j, i := range ask {
+			asked[j] = ops[i]
+		}
+		s.local.settle(sctx, now, asked)
+	}
 	if len(ask) > 0 {
 		s.calls.Add(int64(len(ask)))
 		pas := make([]*policyArgs, len(ask))
@@ -749,6 +791,7 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 		switch {
 		case err == nil:
 			brks[i].success()
+			s.local.answered(&ops[i], &out[i], now)
 			continue
 		case err == errBreakerOpen:
 			out[i] = s.degrade(ctx, now, &ops[i], nil)

@@ -3,7 +3,6 @@ package service
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,7 +294,8 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 
 // AdminHandler serves the admin API: the overrides, resetting and
 // inspecting a key, and the live rules. With a non-empty token every
-// request must carry "Authorization: Bearer <token>".
+// request must carry "Authorization: Bearer <token>", and a client
+// network's failures are throttled (see RequireToken).
 //
 //	GET    /v1/rules
 //	GET    /v1/overrides/{domain}?after=KEY&limit=N
@@ -333,7 +333,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return RequireToken(token, adminDeadline(mux))
+	return s.RequireToken(token, adminDeadline(mux))
 }
 
 // cmdline is pprof.Cmdline with the secrets of the command line left out:
@@ -420,26 +420,6 @@ func storeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	httpError(w, http.StatusInternalServerError, "%v", err)
-}
-
-// RequireToken guards h with a bearer token: a request without
-// "Authorization: Bearer <token>" gets 401. An empty token guards nothing.
-func RequireToken(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	want := []byte(token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// the scheme's name is case-insensitive (RFC 9110, 11.1)
-		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		got = strings.TrimLeft(got, " ") // 1*SP after the scheme (RFC 9110, 11.4)
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
-			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 func (s *Service) overridesOr503(w http.ResponseWriter) overrides.Store {

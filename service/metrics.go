@@ -38,6 +38,7 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec // domain
 	reloads   *prometheus.CounterVec   // result
 	rulesLive prometheus.Gauge
+	adminAuth *prometheus.CounterVec // result: the admin API's refused attempts (adminauth.go)
 
 	// Children of the vectors, looked up once: WithLabelValues hashes its
 	// labels on every call.
@@ -145,6 +146,8 @@ func NewMetrics() *Metrics {
 	}
 	r.MustRegister(m.decisions, m.detailed, m.requests, m.latency, m.reloads, m.rulesLive,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.adminAuth = newAdminAuthCounter()
+	r.MustRegister(m.adminAuth)
 	return m
 }
 

@@ -90,6 +90,9 @@ type Service struct {
 
 	adminMu sync.Mutex // serializes override changes: each carries the count from the one before
 
+	guardMu sync.Mutex
+	guards  map[string]*tokenGuard // RequireToken's, by token: one throttle for every handler a token guards
+
 	overrideFailed atomic.Int64 // when an override lookup last failed (UnixNano)
 	lastLog        atomic.Int64
 }

@@ -87,6 +87,8 @@ type commonConfig struct {
 	calendarMonth                    bool
 	drain, reloadEvery, storeTimeout time.Duration
 	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
+	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
+	journal                          journalConfig
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
@@ -100,7 +102,7 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.StringVar(&c.rulesDir, "rules", envString("RULES", ""), "directory of YAML rule files (default: the example rules file) [FLOODGATE_RULES]")
 	fs.StringVar(&c.dataDir, "data", envString("DATA", "floodgate-data"), "data directory: "+dataUse+" [FLOODGATE_DATA]")
 	fs.StringVar(&c.adminAddr, "admin-addr", envString("ADMIN_ADDR", adminDefault), "admin API listen address [FLOODGATE_ADMIN_ADDR]")
-	fs.StringVar(&c.adminToken, "admin-token", envString("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback [FLOODGATE_ADMIN_TOKEN]")
+	fs.StringVar(&c.adminToken, "admin-token", envString("ADMIN_TOKEN", ""), "bearer token for the admin API; required when it listens beyond loopback, and there at least 128 bits (openssl rand -hex 32) [FLOODGATE_ADMIN_TOKEN]")
 	fs.StringVar(&c.store, "store", envString("STORE", "memory"), "memory, or a redis://, rediss://, redis-sentinel://, redis-cluster:// or unix:/// URL shared by a fleet [FLOODGATE_STORE]")
 	fs.StringVar(&c.logLevel, "log-level", envString("LOG_LEVEL", "info"), "debug, info, warn or error [FLOODGATE_LOG_LEVEL]")
 	fs.StringVar(&c.logFormat, "log-format", envString("LOG_FORMAT", "text"), "text or json [FLOODGATE_LOG_FORMAT]")
@@ -131,7 +133,10 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--admin-token: want printable ASCII with no leading or trailing blanks (and not only blanks), got %d bytes that are not", len(c.adminToken))
 	}
 	if !isLoopback(c.adminAddr) && c.adminToken == "" {
-		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN)", c.adminAddr)
+		return fmt.Errorf("--admin-addr %s is beyond loopback: set --admin-token (or FLOODGATE_ADMIN_TOKEN) to at least %d random bits; %s", c.adminAddr, minAdminTokenBits, makeToken)
+	}
+	if err := checkAdminToken(c.adminAddr, c.adminToken, log); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return fmt.Errorf("--data %s: %w", c.dataDir, err)
@@ -162,8 +167,14 @@ type openedStore struct {
 // directory) or Redis, whose counters it registers in m.
 func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.Metrics) (*openedStore, error) {
 	if c.store == "memory" || c.store == "" {
-		ms, err := memstore.New(memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxMemory: int64(c.maxMemory), Logger: log})
+		opts := memstore.Options{SnapshotPath: filepath.Join(c.dataDir, snapshot), MaxKeys: int(c.maxKeys), MaxMemory: int64(c.maxMemory), Logger: log}
+		c.journal.options(&opts)
+		ms, err := memstore.New(opts)
 		if err != nil {
+			return nil, err
+		}
+		if err := m.Register(newMemCollector(ms, int(c.maxKeys), int64(c.maxMemory))); err != nil {
+			ms.Close()
 			return nil, err
 		}
 		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
@@ -180,11 +191,31 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 	return &openedStore{store: rs, redis: rs, ready: ready, close: func() error { stop(); return rs.Close() }}, nil
 }
 
-// registerMaxMemory adds --max-memory, the memory store's cap on its key
-// tables (memstore.Options.MaxMemory), for serve and proxy.
+// registerMaxMemory adds --max-memory and --max-keys, the memory store's
+// caps on the bytes of its key tables and on its keys
+// (memstore.Options.MaxMemory and MaxKeys), for serve and proxy.
 func (c *commonConfig) registerMaxMemory(fs *flag.FlagSet) {
 	c.maxMemory = envSize("MAX_MEMORY", 1<<30)
-	fs.Var(&c.maxMemory, "max-memory", "memory store: cap on the bytes of its key tables, a `size`: 1073741824, 512MiB, 2GiB; at the cap a new key evicts the least consumed of a sample instead of growing a table (a sliding_log rule takes 8 bytes a key per request of its limit) [FLOODGATE_MAX_MEMORY]")
+	fs.Var(&c.maxMemory, "max-memory", "memory store: cap on the bytes of its key tables, a `size`: 1073741824, 512MiB, 2GiB; at the cap a new key takes the room of a key whose count has decayed, or, where every key still counts something, is refused and decided by its rules' failure modes; a key that constrains is never dropped (a sliding_log rule takes 8 bytes a key per request of its limit) [FLOODGATE_MAX_MEMORY]")
+	c.maxKeys = keyCount(envInt("MAX_KEYS", 1<<22))
+	fs.Var(&c.maxKeys, "max-keys", "memory store: cap on its keys, over all limits (a token bucket key takes about 50 bytes); at the cap a new key is held or refused as at --max-memory [FLOODGATE_MAX_KEYS]")
+}
+
+// keyCount is a flag's count of keys, more than 0.
+type keyCount int
+
+func (k *keyCount) String() string { return strconv.Itoa(int(*k)) }
+
+func (k *keyCount) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil:
+		return errors.New("want a whole number of keys")
+	case n <= 0:
+		return errors.New("want more than 0")
+	}
+	*k = keyCount(n)
+	return nil
 }
 
 // byteSize is a flag's count of bytes: a whole number of bytes, or of B,
@@ -233,6 +264,62 @@ func envSize(name string, def byteSize) byteSize {
 		return byteSize(n)
 	}
 	return def
+}
+
+// memCollector exports the memory store's counters (memstore.Stats and
+// JournalStats) and caps, read at each scrape.
+type memCollector struct {
+	ms                                           *memstore.Store
+	maxKeys, maxBytes                            int64
+	keys, bytes, capKeys, capBytes               *prometheus.Desc
+	evictions, constraining, expired, refusedNew *prometheus.Desc
+	jRecords, jWrites, jSyncs, jErrors, jLost    *prometheus.Desc
+}
+
+func newMemCollector(ms *memstore.Store, maxKeys int, maxBytes int64) *memCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &memCollector{ms: ms, maxKeys: int64(maxKeys), maxBytes: maxBytes,
+		keys:         d("floodgate_memstore_keys", "Keys the memory store holds."),
+		bytes:        d("floodgate_memstore_bytes", "Bytes of the memory store's key tables."),
+		capKeys:      d("floodgate_memstore_max_keys", "The memory store's cap on keys (--max-keys)."),
+		capBytes:     d("floodgate_memstore_max_bytes", "The memory store's cap on the bytes of its key tables (--max-memory)."),
+		evictions:    d("floodgate_memstore_evictions_total", "Keys dropped at a cap to make room for a new key: keys whose count had decayed, which forgives nothing."),
+		constraining: d("floodgate_memstore_constraining_evictions_total", "Keys dropped at a cap while they still constrained (forgiving what they had used). The store makes none: it refuses the new key instead."),
+		expired:      d("floodgate_memstore_expired_total", "Keys dropped by sweeps once their count had decayed."),
+		refusedNew:   d("floodgate_memstore_refused_total", "Decisions on new keys the memory store had no room for (at a cap, every key still constraining), made by the rules' failure modes."),
+		jRecords:     d("floodgate_memstore_journal_records_total", "State changes appended to the memory store's journal (--journal)."),
+		jWrites:      d("floodgate_memstore_journal_writes_total", "Writes of journal records to the file (group commits)."),
+		jSyncs:       d("floodgate_memstore_journal_syncs_total", "Fsyncs of the journal."),
+		jErrors:      d("floodgate_memstore_journal_errors_total", "Journal writes or fsyncs that failed (each is logged); a crash may then lose more than --journal-sync."),
+		jLost:        d("floodgate_memstore_journal_lost_records_total", "Journal records lost to those errors."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.keys, c.bytes, c.capKeys, c.capBytes, c.evictions, c.constraining, c.expired, c.refusedNew,
+		c.jRecords, c.jWrites, c.jSyncs, c.jErrors, c.jLost} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.ms.Stats()
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.capKeys, prometheus.GaugeValue, float64(c.maxKeys))
+	ch <- prometheus.MustNewConstMetric(c.capBytes, prometheus.GaugeValue, float64(c.maxBytes))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(c.constraining, prometheus.CounterValue, float64(st.Evicted))
+	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expired))
+	ch <- prometheus.MustNewConstMetric(c.refusedNew, prometheus.CounterValue, float64(st.Refused))
+	js := c.ms.JournalStats()
+	ch <- prometheus.MustNewConstMetric(c.jRecords, prometheus.CounterValue, float64(js.Records))
+	ch <- prometheus.MustNewConstMetric(c.jWrites, prometheus.CounterValue, float64(js.Writes))
+	ch <- prometheus.MustNewConstMetric(c.jSyncs, prometheus.CounterValue, float64(js.Syncs))
+	ch <- prometheus.MustNewConstMetric(c.jErrors, prometheus.CounterValue, float64(js.Errors))
+	ch <- prometheus.MustNewConstMetric(c.jLost, prometheus.CounterValue, float64(js.Lost))
 }
 
 // storeCollector exports a Redis store's counters (redisstore.Stats).

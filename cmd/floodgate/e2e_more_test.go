@@ -209,7 +209,7 @@ func TestServeAdminBeyondLoopback(t *testing.T) {
 		t.Fatalf("the refusal does not name --admin-token:\n%s", out.String())
 	}
 
-	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--admin-addr", "0.0.0.0:0", "--admin-token", "s3cret")
+	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--admin-addr", "0.0.0.0:0", "--admin-token", strongToken)
 	host, port, err := net.SplitHostPort(s.admin)
 	if err != nil {
 		t.Fatal(err)
@@ -230,12 +230,12 @@ func TestServeAdminBeyondLoopback(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	for _, auth := range []string{"", "Bearer wrong", "s3cret", "Basic s3cret"} {
+	for _, auth := range []string{"", "Bearer wrong", strongToken, "Basic " + strongToken} {
 		if code, _ := get(auth); code != http.StatusUnauthorized && code != http.StatusForbidden {
 			t.Fatalf("admin with Authorization %q: %d, want 401 or 403", auth, code)
 		}
 	}
-	if code, body := get("Bearer s3cret"); code != http.StatusOK || !strings.Contains(body, `"api"`) {
+	if code, body := get("Bearer " + strongToken); code != http.StatusOK || !strings.Contains(body, `"api"`) {
 		t.Fatalf("admin with the token: %d\n%s", code, body)
 	}
 }

@@ -48,6 +48,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.SetOutput(stderr)
 	c.register(fs, "memory-store snapshots, the example rules", "127.0.0.1:6071")
 	c.registerMaxMemory(fs)
+	c.journal.register(fs)
 	fs.StringVar(&c.upstream, "upstream", envString("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
 	fs.StringVar(&c.listen, "listen", envString("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
 	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose --client-ip-header is believed [FLOODGATE_TRUSTED_PROXIES]")
@@ -219,7 +220,8 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 		io.WriteString(w, why+"\n")
 	})
-	admin.Handle("POST /v1/bans/lift", service.RequireToken(c.adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// svc's guard: one throttle of failed tokens with svc.AdminHandler's routes
+	admin.Handle("POST /v1/bans/lift", svc.RequireToken(c.adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Limit, Key string }
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body); err != nil || body.Limit == "" || body.Key == "" {
 			http.Error(w, `want {"limit":"domain/route","key":"..."}`, http.StatusBadRequest)
@@ -244,6 +246,9 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		return fmt.Errorf("admin listener %s: %w", c.adminAddr, err)
 	}
 	log.Info("listening", "api", "admin", "addr", al.Addr().String())
+	if !isLoopback(c.adminAddr) {
+		log.Warn("the admin API listens beyond loopback over plain HTTP (proxy has no TLS for it): its bearer token crosses the network in the clear; keep it on a private network or behind a TLS terminator", "addr", al.Addr().String())
+	}
 	ps := fp.server()
 	as := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup

@@ -43,6 +43,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.SetOutput(stderr)
 	c.register(fs, "overrides, memory-store snapshots, the example rules", "127.0.0.1:6070")
 	c.registerMaxMemory(fs)
+	c.journal.register(fs)
 	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address, HOST:PORT (port 0: any free port) or unix:PATH [FLOODGATE_GRPC_ADDR]")
 	fs.StringVar(&c.httpAddr, "http-addr", envString("HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address, HOST:PORT or unix:PATH: /json, /healthz, /readyz, /metrics [FLOODGATE_HTTP_ADDR]")
 	fs.StringVar(&c.tlsCert, "tls-cert", envString("TLS_CERT", ""), "TLS certificate for the gRPC, HTTP and admin listeners [FLOODGATE_TLS_CERT]")
