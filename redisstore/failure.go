@@ -32,6 +32,7 @@ type breaker struct {
 	// troubled is set while failures, open or probing is: the healthy
 	// path (every call while Redis answers) reads it and takes no lock.
 	troubled atomic.Bool
+	opens    atomic.Int64 // times it opened (Stats.BreakerOpens)
 }
 
 func (b *breaker) allow() bool {
@@ -73,6 +74,9 @@ func (b *breaker) failure() {
 	b.troubled.Store(true)
 	b.failures++
 	if b.probing || b.failures >= b.threshold {
+		if !b.open {
+			b.opens.Add(1)
+		}
 		b.open, b.probing, b.openedAt = true, false, b.now()
 	}
 	b.mu.Unlock()

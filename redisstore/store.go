@@ -22,10 +22,13 @@
 // no longer than its state can matter, and is deleted when its state is
 // fresh again.
 //
-// When Redis is slow or down, each call gives up after Options.Timeout and
+// When Redis is slow or down, each call gives up after the store's timeout
+// (Options.Timeout, or adaptive up to Options.MaxTimeout: timeout.go) and
 // the rules' failure modes decide (floodgate.Rule.OnStoreFailure); after a
 // few failures in a row a breaker sends every call straight to the failure
-// modes, probing Redis again every Options.BreakerCooldown.
+// modes, probing Redis again every Options.BreakerCooldown. A timeout that
+// this process's own starvation explains (a busy host) is not held against
+// Redis (starve.go).
 package redisstore
 
 import (
@@ -47,6 +50,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
 )
 
 // Options configure a Store.
@@ -54,8 +58,16 @@ type Options struct {
 	// Prefix starts every Redis key (default "floodgate"). It must not
 	// contain '{' or '}'.
 	Prefix string
-	// Timeout bounds each call to Redis (default 50ms).
+	// Timeout bounds each call to Redis (default 50ms); with MaxTimeout
+	// above it, it is the adaptive timeout's floor.
 	Timeout time.Duration
+	// MaxTimeout, when above Timeout, makes the timeout adaptive: each call
+	// gets three times the 99th percentile of the last 5 s of calls'
+	// latencies, at least Timeout and at most MaxTimeout, so that a busy
+	// host's slow answers are not cut off (see timeout.go). 0 (or at most
+	// Timeout): the timeout is Timeout. floodgate serve and proxy set 1s
+	// (--store-timeout-max).
+	MaxTimeout time.Duration
 	// ClientTime makes decisions use the caller's clock (the limiter's)
 	// instead of Redis's TIME. By default Redis's clock decides, so servers
 	// with skewed clocks agree; tests inject time with ClientTime. Keys'
@@ -124,7 +136,11 @@ type Store struct {
 	local    *localSync // failure_mode local's meeting with Redis
 
 	calls, errs, timeouts, degraded atomic.Int64
+	starved                         atomic.Int64 // timeouts excused as this process's starvation
 	lastLog                         atomic.Int64
+
+	ex    *excuse   // the lag monitor and the last answer (starve.go)
+	adapt *adaptive // nil: the timeout is fixed (timeout.go)
 
 	deadline atomic.Pointer[sharedDeadline]
 	early    atomic.Pointer[sharedDeadline] // storeContext's, by the millisecond it ends in
@@ -156,7 +172,7 @@ func New(rawURL string, opts Options) (*Store, error) {
 	if co.Dialer.Timeout == 0 {
 		co.Dialer.Timeout = max(opts.Timeout, 200*time.Millisecond)
 	}
-	co.ConnWriteTimeout = max(opts.Timeout*4, time.Second)
+	co.ConnWriteTimeout = max(max(opts.Timeout, opts.MaxTimeout)*4, time.Second)
 	co.DisableCache = true
 	// Wait up to 20µs to gather more commands into one write: fewer system
 	// calls per decision under load, for a few microseconds of latency.
@@ -213,6 +229,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
 		moveScript: rueidis.NewLuaScript(MoveScript())}
+	if opts.MaxTimeout > opts.Timeout {
+		s.adapt = newAdaptive(opts.Timeout, opts.MaxTimeout)
+	}
 	if !opts.NoCoalescing && c.Mode() != rueidis.ClientModeCluster {
 		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
 	}
@@ -233,6 +252,11 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.fallback = fb
+	addrs := make([]string, 0, 1)
+	for a := range c.Nodes() {
+		addrs = append(addrs, a)
+	}
+	s.startMonitor(clock.Precise, onThisHost(addrs))
 	s.local = newLocalSync(s, fb, opts.LocalKeys)
 	fb.ls = s.local
 	return s, nil
@@ -383,6 +407,7 @@ func redact(raw string) string {
 
 // Close closes the store's connections (when New opened them).
 func (s *Store) Close() error {
+	s.stopMonitor()
 	s.local.close()
 	if s.co != nil {
 		s.co.close()
@@ -472,6 +497,16 @@ type Stats struct {
 	Timeouts int64 // calls that ran out of time
 	Degraded int64 // decisions made by failure modes
 	Breaker  bool  // the breaker is open: calls go straight to failure modes
+	// Starved counts the timeouts not held against Redis: this process
+	// was starved of CPU during the call (starve.go). They are in Timeouts
+	// and Errors too.
+	Starved int64
+	// BreakerOpens counts the times a breaker opened.
+	BreakerOpens int64
+	Timeout      time.Duration // the timeout a call gets now (timeout.go)
+	// Lag is the longest this process was late to run, as the store's lag
+	// monitor saw it, in its last half second (starve.go).
+	Lag time.Duration
 	// LocalCharged counts the requests admitted by rules failing to local
 	// and charged back to Redis when it answered again; LocalUntracked the
 	// local decisions on keys that found no room to be seeded and charged
@@ -482,7 +517,9 @@ type Stats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
-		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
+		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
+		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
+		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
 }
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
@@ -516,7 +553,8 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if !brk.allow() {
 		return s.degrade(ctx, now, &op, nil), nil
 	}
-	sctx, ok := s.storeContext(ctx)
+	start := time.Now()
+	sctx, ok := s.storeContextAt(ctx, start)
 	if !ok { // no time left to ask Redis: answer by the failure mode now
 		if ctx.Err() != nil {
 			return floodgate.Decision{}, ctx.Err()
@@ -548,6 +586,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		d, err = s.decideReply(pa, r)
 	}
 	if err == nil {
+		s.answered(start.UnixMicro())
 		brk.success()
 		s.local.answered(&op, &d, now)
 		return d, nil
@@ -555,7 +594,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure
 		return floodgate.Decision{}, ctx.Err()
 	}
-	s.failed(brk, err)
+	s.failed(brk, err, sctx, start.UnixMicro())
 	return s.degrade(ctx, now, &op, err), nil
 }
 
@@ -617,7 +656,8 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		}
 		return nil
 	}
-	sctx, ok := s.storeContext(ctx)
+	start := time.Now()
+	sctx, ok := s.storeContextAt(ctx, start)
 	if !ok { // no time left to ask Redis: answer by the failure modes now
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -665,8 +705,9 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[i] = s.degrade(ctx, now, &ops[i], err)
 	}
 	if firstErr != nil {
-		s.failed(brk, firstErr)
+		s.failed(brk, firstErr, sctx, start.UnixMicro())
 	} else {
+		s.answered(start.UnixMicro())
 		brk.success()
 	}
 	return nil
@@ -691,9 +732,10 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 		}
 	}
 	var sctx context.Context
+	start := time.Now()
 	if len(ask) > 0 {
 		var ok bool
-		if sctx, ok = s.storeContext(ctx); !ok {
+		if sctx, ok = s.storeContextAt(ctx, start); !ok {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -735,9 +777,14 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 		} else {
 			res = s.execMulti(sctx, execs)
 		}
+		answered := false
 		for j, r := range res {
 			i := ask[j]
 			out[i], errs[i] = s.decideReply(pas[j], r)
+			answered = answered || errs[i] == nil
+		}
+		if answered {
+			s.answered(start.UnixMicro())
 		}
 	}
 	for i, err := range errs {
@@ -752,7 +799,7 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
-		s.failed(brks[i], err)
+		s.failed(brks[i], err, sctx, start.UnixMicro())
 		out[i] = s.degrade(ctx, now, &ops[i], err)
 	}
 	return nil
@@ -768,8 +815,9 @@ var errBreakerOpen = errors.New("redisstore: breaker open")
 // Redis, which accepts the connection and never answers the handshake, that
 // is the dial and write timeouts, seconds (the coalescer's connections have
 // the same guard: getConn). Calls go through within while Redis has been
-// failing (the breaker is troubled), and straight to rueidis otherwise, so
-// the healthy path pays no goroutine.
+// failing or a timeout was excused as starvation (the breaker is
+// troubled), and straight to rueidis otherwise, so the healthy path pays
+// no goroutine.
 func within[T any](ctx context.Context, f func() T, failed func(error) T) T {
 	ch := make(chan T, 1)
 	go func() { ch <- f() }()
@@ -789,23 +837,28 @@ var errNoTime = errors.New("redisstore: the caller's deadline leaves no time for
 // by the calls that end in the same millisecond, never cancelled but by
 // its own timer (no timer per call; see timeoutContext). When the caller has
 // a deadline (Envoy gives its rate limit calls 20ms) that comes before
-// Options.Timeout, Redis gets until a fifth of the time left before it
+// the store's timeout, Redis gets until a fifth of the time left before it
 // (at least 1 ms, rounded down to the millisecond where that leaves 1 ms:
 // 4 ms of Envoy's 20),
 // so that on a slow or silent Redis the failure mode still answers, as a
-// timeout, before the caller's deadline; otherwise it gets
-// Options.Timeout. A caller cancelled meanwhile still waits, at most until
+// timeout, before the caller's deadline; otherwise it gets the store's
+// timeout (Options.Timeout, or the adaptive timeout: see timeout.go). A
+// caller cancelled meanwhile still waits, at most until
 // that deadline. False when less than a millisecond is left to ask Redis
 // in (the caller has under 2 ms): the caller is answered by the failure
 // mode at once, and Redis is not blamed.
 func (s *Store) storeContext(ctx context.Context) (context.Context, bool) {
+	return s.storeContextAt(ctx, time.Now())
+}
+
+// storeContextAt is storeContext for a call that starts at now.
+func (s *Store) storeContextAt(ctx context.Context, now time.Time) (context.Context, bool) {
 	if ctx.Err() != nil {
 		return ctx, false
 	}
 	d, ok := ctx.Deadline()
-	now := time.Now()
 	end := d.Add(-max(d.Sub(now)/5, time.Millisecond))
-	if !ok || end.Sub(now) > s.opts.Timeout {
+	if !ok || end.Sub(now) > s.timeout() {
 		return s.timeoutContext(now), true
 	}
 	if end.Sub(now) < time.Millisecond {
@@ -835,8 +888,8 @@ type ownDeadline struct {
 	cancel context.CancelFunc
 }
 
-// timeoutContext is the context of a call started at now that only
-// Options.Timeout bounds: a deadline shared by the calls that start within
+// timeoutContext is the context of a call started at now that only the
+// store's timeout bounds: a deadline shared by the calls that start within
 // the same millisecond, Timeout to Timeout+1ms after they start, released
 // by its own timer. A timer per call (context.WithTimeout) had been 6% of
 // the service's CPU on Redis.
@@ -847,7 +900,7 @@ func (s *Store) timeoutContext(now time.Time) context.Context {
 	}
 	// Calls of this millisecond may still use the previous context: it is
 	// released by its own timer at its deadline.
-	dctx, cancel := context.WithDeadline(context.Background(), time.UnixMilli(ms+1).Add(s.opts.Timeout))
+	dctx, cancel := context.WithDeadline(context.Background(), time.UnixMilli(ms+1).Add(s.timeout()))
 	s.deadline.Store(&sharedDeadline{ms: ms, ctx: dctx, cancel: cancel})
 	return dctx
 }
@@ -1013,18 +1066,48 @@ var scriptSHA = sync.OnceValue(func() string { return sha1hex(Script()) })
 
 func (s *Store) sha() string { return scriptSHA() }
 
-// failed counts and logs a failed call and feeds its breaker.
-func (s *Store) failed(brk *breaker, err error) {
+// failed counts and logs a failed call, which started at start (µs) under
+// sctx, and feeds its breaker unless the failure is this process's
+// starvation (excused, starve.go).
+func (s *Store) failed(brk *breaker, err error, sctx context.Context, start int64) {
 	s.errs.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.timeouts.Add(1)
 	}
-	brk.failure()
+	excused, lag := s.excused(err, sctx, start)
+	if excused {
+		s.starved.Add(1)
+		// not a failure, but calls go through within until Redis answers
+		// again: a caller that finds a connection being made again must
+		// not wait for it past its deadline (see within)
+		brk.troubled.Store(true)
+		if s.adapt != nil {
+			// its latency is at least this long: a busy host's calls
+			// raise the timeout even when none of them comes back in time
+			s.adapt.observe(time.Now().UnixMicro() - start)
+		}
+	} else {
+		brk.failure()
+	}
 	now := time.Now().Unix()
 	if last := s.lastLog.Load(); now != last && s.lastLog.CompareAndSwap(last, now) {
+		if excused {
+			s.opts.Logger.Warn("redisstore: call timed out while this process was starved of CPU; not held against Redis; rules' failure modes decide",
+				"lag", lag, "timeouts_excused", s.starved.Load())
+			return
+		}
 		s.opts.Logger.Error("redisstore: call failed; rules' failure modes decide", "err", err,
 			"errors", s.errs.Load(), "breaker_open", brk.isOpen())
 	}
+}
+
+// timeout is the store's timeout now: Options.Timeout, or the adaptive
+// timeout (timeout.go).
+func (s *Store) timeout() time.Duration {
+	if s.adapt != nil {
+		return s.adapt.timeout()
+	}
+	return s.opts.Timeout
 }
 
 // degrade decides op by its rules' failure modes.

@@ -89,6 +89,8 @@ type commonConfig struct {
 	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
 	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
 	journal                          journalConfig
+
+	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
 	// starts, so a SIGHUP sent as soon as the listeners answer reloads
 	// instead of killing the process (its default action).
@@ -107,7 +109,8 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.BoolVar(&c.calendarMonth, "calendar-month", envBool("CALENDAR_MONTH"), "unit: month is a calendar month in UTC, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT (default: 30 days) [FLOODGATE_CALENDAR_MONTH]")
 	fs.DurationVar(&c.drain, "drain-timeout", envDuration("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
 	fs.DurationVar(&c.reloadEvery, "reload-interval", envDuration("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes; 0: only on SIGHUP (which reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store [FLOODGATE_STORE_TIMEOUT]")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store; with --store-timeout-max above it, the adaptive timeout's floor [FLOODGATE_STORE_TIMEOUT]")
+	c.busy.register(fs)
 }
 
 // prepare checks the admin address, makes the data directory and, with no
@@ -120,6 +123,9 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--drain-timeout %v: want 0 or more", c.drain)
 	case c.storeTimeout <= 0:
 		return fmt.Errorf("--store-timeout %v: want more than 0", c.storeTimeout)
+	}
+	if err := c.busy.check(); err != nil {
+		return err
 	}
 	if c.adminToken != "" && !visibleToken(c.adminToken) {
 		// an HTTP header's value loses its leading and trailing blanks, so
@@ -173,26 +179,16 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 		}
 		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
 	}
-	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, Logger: log})
+	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Register(newStoreCollector(rs)); err != nil {
+	if err := errors.Join(m.Register(newStoreCollector(rs)), m.Register(newBusyCollector(rs))); err != nil {
 		rs.Close()
 		return nil, err
 	}
-	return &openedStore{store: rs, redis: rs, close: rs.Close, ready: func() (bool, string) {
-		if st := rs.Stats(); st.Breaker {
-			return false, fmt.Sprintf("degraded: the Redis store is not answering (%d errors); rules' failure modes decide", st.Errors)
-		}
-		// an idle instance has asked Redis nothing lately: ask it now
-		ctx, cancel := context.WithTimeout(context.Background(), max(2*c.storeTimeout, 100*time.Millisecond))
-		defer cancel()
-		if err := rs.Ping(ctx); err != nil {
-			return false, fmt.Sprintf("degraded: the Redis store does not answer a PING (%v); rules' failure modes would decide", err)
-		}
-		return true, "ready: Redis store"
-	}}, nil
+	ready, stop := c.busy.redisReadiness(rs)
+	return &openedStore{store: rs, redis: rs, ready: ready, close: func() error { stop(); return rs.Close() }}, nil
 }
 
 // registerMaxMemory adds --max-memory and --max-keys, the memory store's
