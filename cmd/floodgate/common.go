@@ -88,6 +88,7 @@ type commonConfig struct {
 	drain, reloadEvery, storeTimeout time.Duration
 	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
 	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
+	localKeys                        keyCount // a Redis store's table for failure_mode local (redisstore.Options.LocalKeys)
 	journal                          journalConfig
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
@@ -110,6 +111,8 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.DurationVar(&c.drain, "drain-timeout", envDuration("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
 	fs.DurationVar(&c.reloadEvery, "reload-interval", envDuration("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes; 0: only on SIGHUP (which reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store; with --store-timeout-max above it, the adaptive timeout's floor [FLOODGATE_STORE_TIMEOUT]")
+	c.localKeys = keyCount(envInt("STORE_LOCAL_KEYS", 1<<16))
+	fs.Var(&c.localKeys, "store-local-keys", "Redis store: how many keys' last state on Redis is kept for rules with failure_mode local, to seed the local limit and charge back what it admitted (about 280 bytes a key); a key beyond it is limited locally from zero and never charged back (floodgate_store_local_untracked_total) [FLOODGATE_STORE_LOCAL_KEYS]")
 	c.busy.register(fs)
 }
 
@@ -179,7 +182,7 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 		}
 		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
 	}
-	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, Logger: log})
+	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, LocalKeys: int(c.localKeys), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -326,6 +329,7 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 type storeCollector struct {
 	rs                                       *redisstore.Store
 	calls, errs, timeouts, degraded, breaker *prometheus.Desc
+	localCharged, localUntracked             *prometheus.Desc
 }
 
 func newStoreCollector(rs *redisstore.Store) *storeCollector {
@@ -336,12 +340,16 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 		timeouts: d("floodgate_store_timeouts_total", "Redis calls that ran out of time."),
 		degraded: d("floodgate_store_degraded_decisions_total", "Decisions made by the rules' failure modes because Redis did not answer."),
 		breaker:  d("floodgate_store_breaker_open", "1 while the breaker is open: calls go straight to the failure modes."),
+		localCharged: d("floodgate_store_local_charged_total",
+			"Requests admitted by rules failing to local while Redis was away, and charged back to Redis when it answered again."),
+		localUntracked: d("floodgate_store_local_untracked_total",
+			"Decisions of rules failing to local on keys beyond --store-local-keys: limited from zero, never charged back."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker} {
+	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked} {
 		ch <- d
 	}
 }
@@ -358,6 +366,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.timeouts, prometheus.CounterValue, float64(st.Timeouts))
 	ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.CounterValue, float64(st.Degraded))
 	ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, open)
+	ch <- prometheus.MustNewConstMetric(c.localCharged, prometheus.CounterValue, float64(st.LocalCharged))
+	ch <- prometheus.MustNewConstMetric(c.localUntracked, prometheus.CounterValue, float64(st.LocalUntracked))
 }
 
 // command is serve's and proxy's frame: a flag error (flagErr) exits 2,

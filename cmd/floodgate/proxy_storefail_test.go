@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/floodgate/floodgate/internal/redistest"
@@ -110,5 +111,22 @@ func TestProxyRedisPausedResponses(t *testing.T) {
 		if i < 1 && (code != 200 || body != "ok") || i == 1 && (code != 429 || h.Get("Retry-After") == "" || body == "") {
 			t.Fatalf("local %d: %d %q %v", i, code, body, h)
 		}
+	}
+
+	// Redis back: the one request local admitted is charged to it (seen
+	// in /metrics), so the next request, decided by Redis, is the third
+	// it counts of the tenant's 4: r=1.
+	srv.Resume()
+	admin := p.addrs["admin"]
+	waitFor(t, "the local admission charged back to Redis", func() bool {
+		proxyGet(t, base+"/open/") // any answered call flushes what is owed
+		return metricValue(t, admin, "floodgate_store_local_charged_total") == 1
+	})
+	if n := metricValue(t, admin, "floodgate_store_local_untracked_total"); n != 0 {
+		t.Errorf("floodgate_store_local_untracked_total = %v, want 0", n)
+	}
+	code, h, _ = proxyGet(t, base+"/local/")
+	if code != 200 || !strings.HasPrefix(h.Get("RateLimit"), `"edge.tenant";r=1;`) {
+		t.Errorf("local after Redis returned: %d %q, want 200 with r=1 (two counted before it)", code, h.Get("RateLimit"))
 	}
 }
