@@ -3,6 +3,8 @@ package redistest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -37,4 +39,56 @@ func SlowestWithBaseline(workers int, d, timeout time.Duration, call func(ctx co
 // and a few milliseconds.
 func DeadlineBudget(deadline, margin, baseline time.Duration) time.Duration {
 	return deadline + margin + 3*max(0, baseline-deadline)
+}
+
+// A Starvation watches, while a test runs, how late this process's
+// goroutines wake up: a goroutine sleeps 5 ms again and again and records
+// how far past its time each sleep ends. On an idle host that is under a
+// millisecond; on a starved one (2 shared cores beside stress-ng and other
+// test binaries) it reached a fifth of a second. A test whose subject is a
+// time limit allows its steps a multiple of the worst seen (Allow), so the
+// limit stays the subject and a busy host does not fail the test.
+type Starvation struct {
+	worst atomic.Int64
+}
+
+// WatchStarvation starts watching, until the test ends. It returns after
+// a first measure of 300 ms, for limits set before the test's steps (a
+// store's timeout).
+func WatchStarvation(t testing.TB) *Starvation {
+	s := &Starvation{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		const step = 5 * time.Millisecond
+		for {
+			at := time.Now().Add(step)
+			select {
+			case <-stop:
+				return
+			case <-time.After(step):
+			}
+			late := int64(time.Since(at))
+			for {
+				old := s.worst.Load()
+				if late <= old || s.worst.CompareAndSwap(old, late) {
+					break
+				}
+			}
+		}
+	})
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	time.Sleep(300 * time.Millisecond)
+	return s
+}
+
+// Worst returns the latest wake-up seen so far.
+func (s *Starvation) Worst() time.Duration { return time.Duration(max(0, s.worst.Load())) }
+
+// Allow returns limit plus wakeups times the worst lateness seen so far:
+// the budget of a step that takes limit on an idle host and needs about
+// wakeups goroutine wake-ups (a timer, a connection's reader, the
+// caller...), each of which may come that late.
+func (s *Starvation) Allow(limit time.Duration, wakeups int) time.Duration {
+	return limit + time.Duration(wakeups)*s.Worst()
 }
