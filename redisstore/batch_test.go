@@ -93,9 +93,13 @@ func TestKeysEscapeHashTags(t *testing.T) {
 	}
 }
 
+// A key expires when its state would be fresh again, and one refunded or
+// reset to fresh is deleted.
 func TestTTLAndCleanup(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Prefix: "ttl"})
+	// the store's timeout is not the subject: generous, so that a starved
+	// CI host does not time the calls out and write nothing
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Prefix: "ttl", Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,19 +108,38 @@ func TestTTLAndCleanup(t *testing.T) {
 	l := floodgate.NewLimiter(floodgate.MustPolicy("p",
 		floodgate.Rule{Name: "tb", Limit: 10, Period: time.Minute},
 		floodgate.Rule{Name: "log", Algorithm: floodgate.SlidingLog, Limit: 5, Period: 10 * time.Second}), s)
-	l.AllowN(ctx, "k", 2)
-	key := s.Key("p", "k")
-	// 2 tokens of 10/minute refill in 12 s; the log empties in 10 s.
-	ttl, _ := redistest.Cmd(srv.Addr, "PTTL", key)
-	if ms, _ := time.ParseDuration(ttl + "ms"); ms < 11*time.Second || ms > 12*time.Second+10*time.Millisecond {
-		t.Fatalf("PTTL %s, want the 12 s until the state is fresh", ttl)
+	onRedis := func(what string, d floodgate.Decision, err error) {
+		t.Helper()
+		if err != nil || d.Degraded {
+			t.Fatalf("%s: %+v %v: not decided on Redis", what, d, err)
+		}
 	}
-	l.Refund(ctx, "k", 2)
+	before := time.Now()
+	d, err := l.AllowN(ctx, "k", 2)
+	onRedis("AllowN", d, err)
+	key := s.Key("p", "k")
+	// 2 tokens of 10/minute refill in 12 s; the log empties in 10 s. The
+	// TTL has run down by at most the time since the call began (on a
+	// loaded host, starting redis-cli alone may take a good part of a
+	// second; 2 ms for rounding to the millisecond).
+	ttl, _ := redistest.Cmd(srv.Addr, "PTTL", key)
+	elapsed := time.Since(before)
+	if ms, _ := time.ParseDuration(ttl + "ms"); ms < 12*time.Second-elapsed-2*time.Millisecond || ms > 12*time.Second+10*time.Millisecond {
+		t.Fatalf("PTTL %s %v after the call began, want the 12 s until the state is fresh, less that", ttl, elapsed)
+	}
+	d, err = l.Refund(ctx, "k", 2)
+	onRedis("Refund", d, err)
 	if n, _ := redistest.Cmd(srv.Addr, "EXISTS", key); n != "0" {
 		t.Fatal("a key refunded back to fresh must be deleted")
 	}
-	l.Allow(ctx, "k")
-	l.Reset(ctx, "k")
+	d, err = l.Allow(ctx, "k")
+	onRedis("Allow", d, err)
+	if n, _ := redistest.Cmd(srv.Addr, "EXISTS", key); n != "1" {
+		t.Fatal("Allow wrote no key")
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := redistest.Cmd(srv.Addr, "EXISTS", key); n != "0" {
 		t.Fatal("Reset must delete the key")
 	}

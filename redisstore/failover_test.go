@@ -59,7 +59,9 @@ func TestReplicaURLSaysReplica(t *testing.T) {
 	m := redistest.Standalone(t)
 	r := redistest.ReplicaOf(t, m)
 	var logs logBuffer
-	s, err := redisstore.New("redis://"+r.Addr, redisstore.Options{Logger: logs.logger(), BreakerCooldown: 50 * time.Millisecond})
+	// generous timeouts in this file: they are not the subject, and a
+	// starved host runs past the default 50 ms
+	s, err := redisstore.New("redis://"+r.Addr, redisstore.Options{Logger: logs.logger(), BreakerCooldown: 50 * time.Millisecond, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestReplicaURLSaysReplica(t *testing.T) {
 	if out, err := redistest.Cmd(r.Addr, "REPLICAOF", "NO", "ONE"); err != nil || out != "OK" {
 		t.Fatalf("REPLICAOF NO ONE: %s %v", out, err)
 	}
-	redistest.WaitFor(t, 3*time.Second, "decisions on the promoted server", func() bool {
+	redistest.WaitFor(t, 30*time.Second, "decisions on the promoted server", func() bool {
 		d := decideOnce(t, s, "k")
 		return !d.Degraded && d.Allowed
 	})
@@ -90,12 +92,12 @@ func TestLibraryLoadedByAdmin(t *testing.T) {
 	if out, err := redistest.Cmd(srv.Addr, "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-function"); err != nil || out != "OK" {
 		t.Fatalf("ACL SETUSER: %s %v", out, err)
 	}
-	admin := openStore(t, srv, redisstore.Options{})
+	admin := openStore(t, srv, redisstore.Options{Timeout: 10 * time.Second})
 	if d := decideOnce(t, admin, "warm"); d.Degraded { // loads the library
 		t.Fatalf("admin: %+v", d)
 	}
 	var logs logBuffer
-	s, err := redisstore.New("redis://limiter:pw@"+srv.Addr, redisstore.Options{Logger: logs.logger(), BreakerCooldown: 50 * time.Millisecond})
+	s, err := redisstore.New("redis://limiter:pw@"+srv.Addr, redisstore.Options{Logger: logs.logger(), BreakerCooldown: 50 * time.Millisecond, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestLibraryLoadedByAdmin(t *testing.T) {
 	if d := decideOnce(t, admin, "warm"); d.Degraded { // the admin loads it again
 		t.Fatalf("admin: %+v", d)
 	}
-	redistest.WaitFor(t, 3*time.Second, "decisions on Redis once the library is back", func() bool {
+	redistest.WaitFor(t, 30*time.Second, "decisions on Redis once the library is back", func() bool {
 		d := decideOnce(t, s, "k")
 		return !d.Degraded && d.Allowed
 	})

@@ -68,7 +68,11 @@ func TestClusterMoveEmptyKey(t *testing.T) {
 // the breaker for every key.
 func TestHugeKeysAreDecided(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{})
+	// The default timeout (50 ms) is the subject: plus a multiple of how
+	// late this host wakes goroutines, which a starved one made more than
+	// the whole call.
+	starved := redistest.WatchStarvation(t)
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: starved.Allow(50*time.Millisecond, 3)})
 	if err != nil {
 		t.Fatal(err)
 	}

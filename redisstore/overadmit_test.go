@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testproc"
 	"github.com/floodgate/floodgate/redisstore"
 )
 
@@ -55,7 +56,7 @@ func TestNoOverAdmissionAcrossProcesses(t *testing.T) {
 					defer wg.Done()
 					cmd := exec.Command(os.Args[0], "-test.run=^TestOverAdmitChild$", "-test.count=1")
 					cmd.Env = append(os.Environ(), "FLOODGATE_CHILD_URL=redis://"+srv.Addr, "FLOODGATE_CHILD_POLICY="+name)
-					out, err := cmd.CombinedOutput()
+					out, err := testproc.CombinedOutput(cmd) // dies with this test binary
 					if err != nil {
 						errs[i] = fmt.Errorf("child %d: %v\n%s", i, err, out)
 						return

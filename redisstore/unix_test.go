@@ -15,12 +15,14 @@ import (
 // port: the same server, reached another way.
 func TestUnixSocketURL(t *testing.T) {
 	srv, sock := redistest.StandaloneUnix(t)
-	overUnix, err := redisstore.New("unix://"+sock, redisstore.Options{})
+	// generous timeouts: they are not the subject, and a starved host ran
+	// past the default 50 ms
+	overUnix, err := redisstore.New("unix://"+sock, redisstore.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer overUnix.Close()
-	overTCP, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{})
+	overTCP, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestUnixSocketURL(t *testing.T) {
 		t.Fatalf("fourth request over TCP: %+v, %v; want refused, the socket's three counted", d, err)
 	}
 	// the database number is read from the query
-	db2, err := redisstore.New("unix://"+sock+"?db=2", redisstore.Options{})
+	db2, err := redisstore.New("unix://"+sock+"?db=2", redisstore.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,11 +73,14 @@ descriptors:
 `
 
 // bothStores makes the stores a test runs on: nil for newEnv's memory
-// store, and a Redis store on a redis-server of the test's own.
+// store, and a Redis store on a redis-server of the test's own. Its
+// timeout is no test's subject: generous, so that counts stay Redis's on
+// a starved CI host (with the default 50 ms, calls there timed out and
+// failure modes decided).
 var bothStores = map[string]func(t *testing.T) floodgate.Store{
 	"memory": func(t *testing.T) floodgate.Store { return nil },
 	"redis": func(t *testing.T) floodgate.Store {
-		st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true})
+		st, err := redisstore.New("redis://"+redistest.Standalone(t).Addr, redisstore.Options{ClientTime: true, Timeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testproc"
 )
 
 // runCheck runs `floodgate check` (the binary) with args.
@@ -37,7 +38,10 @@ func runCheck(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	cmd := exec.CommandContext(ctx, binary, append([]string{"check"}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	proc, err := testproc.Start(cmd)
+	if err == nil {
+		err = proc.Wait()
+	}
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
@@ -187,7 +191,8 @@ func TestServeAdminBeyondLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	proc, err := testproc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
@@ -196,11 +201,11 @@ func TestServeAdminBeyondLoopback(t *testing.T) {
 		out.WriteString(sc.Text() + "\n")
 		if strings.Contains(sc.Text(), `"msg":"listening"`) {
 			cmd.Process.Kill()
-			cmd.Wait()
+			proc.Wait()
 			t.Fatalf("serve --admin-addr 0.0.0.0:0 without a token started listening:\n%s", out.String())
 		}
 	}
-	err = cmd.Wait()
+	err = proc.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("serve --admin-addr 0.0.0.0:0 without a token: %v, want exit 1\n%s", err, out.String())

@@ -350,8 +350,11 @@ func TestProxyFleetOnRedis(t *testing.T) {
 	defer up.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", proxyRules)
-	a := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
-	b := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
+	// the store's timeout is not the subject: generous, or a starved host
+	// times calls out and the rule's failure mode (open) admits them (two
+	// proxies admitted 8 of 3)
+	a := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
+	b := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for _, p := range []*server{a, b} {
@@ -371,7 +374,7 @@ func TestProxyFleetOnRedis(t *testing.T) {
 	if ok.Load() != 3 {
 		t.Fatalf("two proxies admitted %d, want exactly the limit of 3", ok.Load())
 	}
-	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
 	if resp := s.ask(t, "edge", desc("api_key", "fleet")); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("floodgate serve on the same Redis: %v, want OVER_LIMIT", resp.OverallCode)
 	}

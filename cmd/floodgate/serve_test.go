@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testproc"
 )
 
 var binary string
@@ -90,7 +91,9 @@ func startBinary(t *testing.T, args []string, apis ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Start(); err != nil {
+	// dies with the test binary, however that ends (see testproc)
+	proc, err := testproc.Start(s.cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	addrs := make(chan [2]string, len(apis))
@@ -111,7 +114,7 @@ func startBinary(t *testing.T, args []string, apis ...string) *server {
 			}
 		}
 	}()
-	go func() { s.exit = s.cmd.Wait(); close(s.done) }()
+	go func() { s.exit = proc.Wait(); close(s.done) }()
 	timeout := time.After(60 * time.Second)
 	for len(s.addrs) < len(apis) {
 		select {
@@ -433,12 +436,15 @@ func overrideKey(t *testing.T, s *server) string {
 	return out.Key
 }
 
+// Two instances on one Redis admit exactly the limit between them.
 func TestServeTwoInstancesShareRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
-	a := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
-	b := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	// the store's timeout is not the subject: generous, or a starved host
+	// times calls out and the rule's failure mode (open) admits them
+	a := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
+	b := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
 	clearOfWindowEnd(t, time.Hour, 30*time.Second)
 	var ok atomic.Int64
 	var wg sync.WaitGroup
@@ -467,12 +473,13 @@ func TestServeStartsWithNoFlags(t *testing.T) {
 	cmd.Dir = work
 	var out syncBuffer
 	cmd.Stderr = &out
-	if err := cmd.Start(); err != nil {
+	proc, err := testproc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "serving", func() bool { return strings.Contains(out.String(), "floodgate serving") })
 	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
+	if err := proc.Wait(); err != nil {
 		t.Fatalf("exit %v\n%s", err, out.String())
 	}
 }

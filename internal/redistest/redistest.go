@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/testproc"
 )
 
 // Require skips (or, with FLOODGATE_REQUIRE_REDIS=1, fails) the test when
@@ -96,11 +98,14 @@ func (s *Server) launch() error {
 	defer s.mu.Unlock()
 	cmd := exec.Command("redis-server", s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// started so that it dies with the test binary even when no cleanup
+	// runs (a panic, -test.timeout, a kill): see testproc
+	p, err := testproc.Start(cmd)
+	if err != nil {
 		return err
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); close(done) }(s.done)
+	go func(done chan struct{}) { p.Wait(); close(done) }(s.done)
 	return nil
 }
 
@@ -135,8 +140,11 @@ func (s *Server) kill() {
 	if cmd == nil || cmd.Process == nil {
 		return
 	}
+	// SIGKILL ends a paused server too; SIGCONT before and after lets it
+	// (and anything it forked) run to its end at once
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	cmd.Process.Kill()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	<-done
 }
 
@@ -176,7 +184,7 @@ func Cmd(addr string, args ...string) (string, error) {
 	host, port, _ := net.SplitHostPort(addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+	out, err := testproc.CombinedOutput(exec.CommandContext(ctx, "redis-cli", append([]string{"-h", host, "-p", port}, args...)...))
 	return strings.TrimSpace(string(out)), err
 }
 
@@ -279,7 +287,7 @@ func Cluster(t testing.TB, n int) *ClusterSet {
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := testproc.CombinedOutput(exec.CommandContext(ctx, "redis-cli", args...)); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second)
