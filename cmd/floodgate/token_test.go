@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/internal/testproc"
 )
 
 // An admin token that could never be sent as it is (blank, with leading or
@@ -40,7 +42,8 @@ func startRefused(t *testing.T, env []string, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	proc, err := testproc.Start(cmd) // dies with the test binary
+	if err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
@@ -49,11 +52,11 @@ func startRefused(t *testing.T, env []string, args ...string) string {
 		out.WriteString(sc.Text() + "\n")
 		if strings.Contains(sc.Text(), `"msg":"listening"`) {
 			cmd.Process.Kill()
-			cmd.Wait()
+			proc.Wait()
 			t.Fatalf("%v %v started listening, want a refusal:\n%s", env, args, out.String())
 		}
 	}
-	err = cmd.Wait()
+	err = proc.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("%v %v: %v, want exit 1\n%s", env, args, err, out.String())
