@@ -39,10 +39,20 @@ func TestLazyTimeout(t *testing.T) {
 
 	// Err past the deadline without anyone waiting on Done; the timeout
 	// runs from the first use.
+	// (Judged by the deadline it takes and by polling Err, not by a sleep:
+	// on a starved host the timer's callback may run late.)
 	ctx = withLazyTimeout(context.Background(), time.Millisecond)
 	time.Sleep(3 * time.Millisecond)
+	first := time.Now()
 	ctx.Err() // the first use: the timeout runs from here
-	time.Sleep(3 * time.Millisecond)
+	if dl, _ := ctx.Deadline(); dl.Before(first.Add(time.Millisecond)) {
+		t.Fatalf("deadline %v runs from before the first use (%v)", dl, first)
+	}
+	for giveUp := time.Now().Add(5 * time.Second); ctx.Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(giveUp) {
+			t.Fatal("Err still nil 5 s past the deadline")
+		}
+	}
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("err %v", ctx.Err())
 	}
