@@ -359,13 +359,18 @@ func TestBreakerRecoversThroughDoBatch(t *testing.T) {
 		defer cancel()
 		out := make([]floodgate.Decision, 1)
 		if err := s.DoBatch(ctx, time.Now().UnixMicro(), []floodgate.Op{{Policy: p, Key: "k", Cost: 1}}, out); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				// the caller's 50ms passed before its answer (a busy
+				// machine): no decision, as the failure mode's would be
+				return floodgate.Decision{Degraded: true}
+			}
 			t.Fatal(err)
 		}
 		return out[0]
 	}
-	if d := decide(); d.Degraded || !d.Allowed {
-		t.Fatalf("healthy: %+v", d)
-	}
+	// the first call loads the function library, which a starved host may
+	// take longer than the deadline to do
+	eventuallyStarved(t, starved, 3*time.Second, 10, "a decision on Redis before the stall", func() bool { d := decide(); return !d.Degraded && d.Allowed })
 	srv.Pause()
 	eventuallyStarved(t, starved, 5*time.Second, 10, "the breaker opens during the stall", func() bool { decide(); return s.Stats().Breaker })
 	srv.Resume()
