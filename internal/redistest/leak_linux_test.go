@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,7 +42,8 @@ func TestNoServerOutlivesItsTestBinary(t *testing.T) {
 }
 
 // runLeakChild runs TestLeakChild in mode until it has died, and returns
-// the pids of the servers it started.
+// the pids of the servers it started. It removes the temporary directory
+// the child left (no cleanup of the child's ran) when the test ends.
 func runLeakChild(t *testing.T, mode string, timeout time.Duration) []int {
 	args := []string{"-test.run=^TestLeakChild$", "-test.count=1"}
 	if mode == "timeout" {
@@ -64,6 +66,10 @@ func runLeakChild(t *testing.T, mode string, timeout time.Duration) []int {
 		if n, ok := strings.CutPrefix(sc.Text(), "pid "); ok {
 			pid, _ := strconv.Atoi(n)
 			pids = append(pids, pid)
+		}
+		if dir, ok := strings.CutPrefix(sc.Text(), "dir "); ok &&
+			filepath.Dir(dir) == filepath.Clean(os.TempDir()) && strings.HasPrefix(filepath.Base(dir), "TestLeakChild") {
+			t.Cleanup(func() { os.RemoveAll(dir) }) // when the subtest ends, its servers gone
 		}
 	}
 	go io.Copy(io.Discard, out)
@@ -115,6 +121,7 @@ func TestLeakChild(t *testing.T) {
 	if mode == "" {
 		t.Skip("the child test binary of TestNoServerOutlivesItsTestBinary")
 	}
+	fmt.Printf("dir %s\n", filepath.Dir(t.TempDir())) // the test's own, left behind
 	s := Standalone(t)
 	s.Pause()
 	fmt.Printf("pid %d\n", s.cmd.Process.Pid)

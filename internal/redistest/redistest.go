@@ -140,11 +140,17 @@ func (s *Server) kill() {
 	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	// SIGKILL ends a paused server too; SIGCONT before and after lets it
-	// (and anything it forked) run to its end at once
+	select {
+	case <-done: // gone already, its pid perhaps another's
+		return
+	default:
+	}
+	// SIGKILL to its process group: the server and any child it forked (a
+	// save, a replica's sync); SIGCONT before and after, for one paused
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	cmd.Process.Kill()
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	<-done
 }
 
