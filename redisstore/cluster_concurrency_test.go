@@ -684,20 +684,27 @@ func TestConcurrentReserveCancelRefund(t *testing.T) {
 // old. docs/REDIS.md states the bound this pins: the new window admits at
 // most its limit plus the refunded cost (6 of 5 here), never more. An undo
 // at the charge's own time would make it exactly 5; it is not built.
+//
+// y, which refuses the AllowAll, has a daily window: a key written in the
+// last millisecond of an hourly one gets a TTL of 2 ms, which Redis counts
+// in real time, and on a starved host it expired before the AllowAll, so
+// y was fresh again and admitted.
 func TestClusterAllowAllRefundAcrossWindows(t *testing.T) {
 	c, _, s := ccCluster(t, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
 	slots := ccMasters(t, c)
 	p := floodgate.MustPolicy("cc-roll", floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	py := floodgate.MustPolicy("cc-roll-y", floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Period: 24 * time.Hour})
 	x := ccKeyOn(t, s, slots, p, "x", c.Nodes[0].Addr, "")
-	y := ccKeyOn(t, s, slots, p, "y", c.Nodes[1].Addr, "")
+	y := ccKeyOn(t, s, slots, py, "y", c.Nodes[1].Addr, "")
 	early := clock.NewManual(ccT0.Truncate(time.Hour).Add(time.Hour - time.Millisecond)) // server A: the window's last ms
 	late := clock.NewManual(ccT0.Truncate(time.Hour).Add(time.Hour + time.Millisecond))  // server B: the next window
 	h := &hookStore{Store: s}
 	la := floodgate.NewLimiter(p, h, floodgate.WithClock(early))
+	ly := floodgate.NewLimiter(py, h, floodgate.WithClock(early))
 	lb := floodgate.NewLimiter(p, s, floodgate.WithClock(late))
 	ctx := context.Background()
-	if d, _ := la.AllowN(ctx, y, 5); !d.Allowed {
-		t.Fatal("exhausting y")
+	if d, err := ly.AllowN(ctx, y, 5); !d.Allowed || d.Degraded {
+		t.Fatalf("exhausting y: %+v %v", d, err)
 	}
 	h.after = func(n int32) {
 		if n == 1 { // between A's decision and its refund, B fills x's new window
@@ -707,8 +714,8 @@ func TestClusterAllowAllRefundAcrossWindows(t *testing.T) {
 		}
 	}
 	out := make([]floodgate.Decision, 2)
-	if ok, err := floodgate.AllowAll(ctx, []floodgate.Item{{Limiter: la, Key: x, Cost: 1}, {Limiter: la, Key: y, Cost: 1}}, out); ok || err != nil {
-		t.Fatal(ok, err)
+	if ok, err := floodgate.AllowAll(ctx, []floodgate.Item{{Limiter: la, Key: x, Cost: 1}, {Limiter: ly, Key: y, Cost: 1}}, out); ok || err != nil || out[0].Degraded || out[1].Degraded {
+		t.Fatalf("AllowAll of x and the exhausted y: %v %v %+v", ok, err, out)
 	}
 	admitted := 5
 	for range 3 {
