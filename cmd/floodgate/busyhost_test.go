@@ -130,8 +130,10 @@ func TestServeReadyzHysteresisBothWays(t *testing.T) {
 	if code, _ := readyz(t, s.http); code != 200 {
 		t.Fatalf("readyz before: %d", code)
 	}
-	srv.Kill()
+	// The times are taken before the kill and the restart begin: each may
+	// take a while to return on a busy host, while serve already sees it.
 	killed := time.Now()
+	srv.Kill()
 	code, body := readyz(t, s.http)
 	if time.Since(killed) < time.Second && code != 200 {
 		t.Fatalf("readyz just after the kill: %d %s; want still ready, failing", code, body)
@@ -140,8 +142,8 @@ func TestServeReadyzHysteresisBothWays(t *testing.T) {
 	if el := time.Since(killed); el < time.Second {
 		t.Fatalf("unready %v after the kill, before --unready-after 1s", el)
 	}
-	srv.Restart(t)
 	back := time.Now()
+	srv.Restart(t)
 	waitFor(t, "readyz to turn ready", func() bool { code, _ := readyz(t, s.http); return code == 200 })
 	if el := time.Since(back); el < time.Second {
 		t.Fatalf("ready %v after the restart, before --ready-after 1s", el)
