@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -167,7 +168,15 @@ func TestRemoveHopAllocatesNothing(t *testing.T) {
 	if len(h.Peek("X-A")) != 0 || len(h.Peek("Keep-Alive")) != 0 || string(h.Peek("X-Keep")) != "2" {
 		t.Fatalf("after removeHop: %s", h.Header())
 	}
-	if n := testing.AllocsPerRun(100, func() { fill(); removeHop(&h) }); n != 0 {
-		t.Errorf("removeHop: %v allocations a call, want 0", n)
+	// AllocsPerRun counts the whole process's allocations, and other
+	// tests' goroutines (servers draining, monitors) may still run beside
+	// it on a starved host: the least of a few measures is removeHop's
+	// own. An allocation of its own shows in every measure.
+	least := math.MaxFloat64
+	for range 5 {
+		least = min(least, testing.AllocsPerRun(100, func() { fill(); removeHop(&h) }))
+	}
+	if least != 0 {
+		t.Errorf("removeHop: %v allocations a call, want 0", least)
 	}
 }
