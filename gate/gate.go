@@ -25,6 +25,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/ratehdr"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -134,6 +135,8 @@ type Limit struct {
 	// Blocked refuses every request the limit applies to, without asking
 	// the store (envoyproxy/ratelimit's requests_per_unit: 0).
 	Blocked bool
+
+	blockedPolicy *floodgate.Policy // a blocked rules-file route's placeholder, for its window
 }
 
 // Config configures a Gate.
@@ -202,18 +205,20 @@ type Gate struct {
 // limit is a Limit compiled.
 type limit struct {
 	*Limit
-	parts      []compiledPart
-	hosts      []string // lower-cased
-	pathSegs   []string
-	pathRest   bool
-	methods    []string
-	exempt     map[string]bool
-	sfName     string
-	policyItem []string // RateLimit-Policy of a single-rule Policy, shared (len == cap)
-	ruleNames  map[string]string
-	banMarker  *floodgate.Policy
-	banThresh  *floodgate.Policy
-	banBurst   int64
+	parts       []compiledPart
+	hosts       []string // lower-cased
+	pathSegs    []string
+	pathRest    bool
+	methods     []string
+	exempt      map[string]bool
+	sfName      string
+	policyItem  []string // RateLimit-Policy of the Policy alone, shared (len == cap)
+	policyItems []string // its items, one per rule
+	ruleNames   map[string]string
+	banMarker   *floodgate.Policy
+	banThresh   *floodgate.Policy
+	banBurst    int64
+	blockedLm   *rules.Limit // a Blocked limit's
 }
 
 // maxOps bounds the operations of one store call (a Ban limit takes
@@ -409,6 +414,9 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 		}
 	}
 	l.sfName = sfName(l.Name)
+	if l.Blocked {
+		l.blockedLm = &rules.Limit{Name: l.Name, Blocked: true, Policy: l.blockedPolicy}
+	}
 	if l.Policy != nil {
 		l.ruleNames = map[string]string{}
 		rs := l.Policy.Rules()
@@ -422,7 +430,8 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 			l.ruleNames[r.Name] = sf
 			items = append(items, policyItem(sf, r))
 		}
-		l.policyItem = []string{strings.Join(items, ", ")}
+		l.policyItems = items
+		l.policyItem = []string{strings.Join(items[:min(len(items), maxPolicyItems)], ", ")}
 	}
 	return l, nil
 }
@@ -816,13 +825,14 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	// What each outcome asks of the store: o.op opPending for a decision
 	// (and a ban's two operations), -1 for none.
 	nops := 0
+	now := g.clock.NowMicro()
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
 		l := o.l
 		o.policy, o.name, o.skey = l.Policy, "", o.Key
 		if l.Blocked {
-			o.ruleLm = &rules.Limit{Name: l.Name, Blocked: true}
-			o.Decision = floodgate.Decision{Allowed: false, Rule: l.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+			o.ruleLm = l.blockedLm
+			o.Decision = blockedDecision(l.blockedLm, now)
 			continue
 		}
 		if l.Policy == nil {
@@ -838,7 +848,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			}
 			o.ruleLm = m.Limit
 			if m.Limit.Blocked {
-				o.Decision = floodgate.Decision{Allowed: false, Rule: m.Limit.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+				o.name = sfName(m.Limit.Name)
+				o.Decision = blockedDecision(m.Limit, now)
 				continue
 			}
 			// The service's key: serve and proxy share state.
@@ -909,7 +920,6 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	var one [1]floodgate.Decision
 	var decs []floodgate.Decision
 	var err error
-	now := g.clock.NowMicro()
 	switch len(ops) {
 	case 0:
 	case 1:
@@ -993,7 +1003,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		// All or nothing: give back what the admitted limits took (a group
 		// refused took nothing; one admitted did, if a ban, a blocked rule,
 		// a delay or another call's group refuses the request).
-		g.refund(ctx, now, ops, v.Outcomes, calls, nil)
+		g.refund(ctx, now, ops, v.Outcomes, calls, decs)
 	}
 	v.Deciding = deciding(v.Outcomes)
 	if !v.Allowed {
@@ -1021,6 +1031,23 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		v.Delayed = wait
 	}
+}
+
+// blockedDecision is a blocked limit's refusal (requests_per_unit: 0) at
+// now: remaining 0 until its window's end (a fixed window's, aligned to
+// the epoch, as the service says it), or for a whole window.
+func blockedDecision(lm *rules.Limit, now int64) floodgate.Decision {
+	d := floodgate.Decision{Rule: lm.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+	if lm.Policy == nil {
+		return d // a Limit made Blocked in Go states no window
+	}
+	r := lm.Policy.Rules()[0]
+	wait := ratehdr.Window(r)
+	if pm := r.Period.Microseconds(); r.Algorithm == floodgate.FixedWindow && r.Calendar == "" && pm > 0 {
+		wait = time.Duration(pm-now%pm) * time.Microsecond
+	}
+	d.RetryAfter, d.ResetAfter = wait, wait
+	return d
 }
 
 // storeFailed completes v, decided by the gate's failure policy because
@@ -1111,9 +1138,10 @@ func (g *Gate) decide(ctx context.Context, now int64, ops []floodgate.Op, decs [
 
 // refund gives back what the outcomes' decisions in calls took, for a
 // request refused: each admitted decision but those of a refused group
-// (which took nothing) and those of a banned key. With decs, the outcomes'
-// decisions are not set yet: decs[i] is ops[i]'s, as the store made it.
-// It is best effort, as a refund can only be.
+// (which took nothing), a banned key's included: a refused request spends
+// no quota. decs[i] is ops[i]'s decision, as the store made it (a ban
+// refuses what its limit admitted). It is best effort, as a refund can
+// only be.
 func (g *Gate) refund(ctx context.Context, now int64, ops []floodgate.Op, outcomes []Outcome, calls []opCall, decs []floodgate.Decision) {
 	var refunds []floodgate.Op
 	for i := range outcomes {
@@ -1125,12 +1153,7 @@ func (g *Gate) refund(ctx context.Context, now int64, ops []floodgate.Op, outcom
 		if c == nil || c.grouped() && o.op >= c.members && !c.admitted {
 			continue
 		}
-		allowed, banned := o.Decision.Allowed, o.Banned
-		if decs != nil {
-			allowed = decs[o.op].Allowed
-			banned = o.banOp >= 0 && !decs[o.banOp].Allowed
-		}
-		if allowed && !banned {
+		if decs[o.op].Allowed {
 			refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
 		}
 	}
