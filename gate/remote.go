@@ -14,10 +14,11 @@ import (
 // service speaking envoy.service.ratelimit.v3, over gRPC.
 type Remote interface {
 	// Decide decides descriptors, each one limit of a request, all or
-	// nothing. It returns one decision per descriptor, in order, and the
-	// headers the service computed (the RateLimit fields), or an error
-	// when the call failed or timed out: the gate's failure policy then
-	// decides (Config.FailClosed).
+	// nothing. It returns one decision per descriptor, in order (a
+	// refusal without a Reason is ReasonLimited), and the headers the
+	// service computed (the RateLimit fields), or an error when the call
+	// failed or timed out: the gate's failure policy then decides
+	// (Config.FailClosed).
 	Decide(ctx context.Context, descriptors []Descriptor) (RemoteAnswer, error)
 }
 

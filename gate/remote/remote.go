@@ -6,8 +6,9 @@
 //	rc, err := remote.New(rlsv3.NewRateLimitServiceClient(conn), remote.Options{Domain: "web"})
 //	g, err := gate.New(gate.Config{Remote: rc, Limits: limits})
 //
-// It is a package of its own so that a gate deciding in process (and
-// httplimit, grpclimit above it) does not link grpc or Envoy's types.
+// It is a package of its own so that a gate deciding in process links
+// neither Envoy's types nor grpc: httplimit compiles no grpc, grpclimit
+// only grpc itself.
 package remote
 
 import (
@@ -72,6 +73,9 @@ func New(rls RateLimitClient, opts Options) (*Client, error) {
 
 // Decide asks the service about descriptors in one ShouldRateLimit call.
 func (c *Client) Decide(ctx context.Context, descriptors []gate.Descriptor) (gate.RemoteAnswer, error) {
+	if c == nil {
+		return gate.RemoteAnswer{}, errors.New("remote: nil Client (New failed?)")
+	}
 	req := &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, len(descriptors))}
 	for i, gd := range descriptors {
 		d := &rlcommon.RateLimitDescriptor{Entries: make([]*rlcommon.RateLimitDescriptor_Entry, len(gd.Entries))}

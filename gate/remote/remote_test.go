@@ -164,3 +164,19 @@ func TestCallError(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// A nil Client (New's error ignored) fails its calls rather than panic:
+// the gate's failure policy decides.
+func TestNilClient(t *testing.T) {
+	var rc *remote.Client
+	g, err := gate.New(gate.Config{Remote: rc, Logger: slog.New(slog.DiscardHandler), Limits: []gate.Limit{{Name: "per-ip", Key: []gate.Part{gate.IP()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var v gate.Verdict
+	g.Check(&gate.Request{HTTP: httptest.NewRequest("GET", "/", nil), Peer: "192.0.2.1:1"}, &v)
+	if v.Err == nil || !v.Allowed || !v.Degraded() {
+		t.Fatalf("allowed %v, err %v", v.Allowed, v.Err)
+	}
+}
