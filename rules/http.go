@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // An HTTPRoute is one entry of a file's http section: which HTTP requests
