@@ -159,201 +159,261 @@ type parsedRoute struct {
 // reported).
 func (p *parser) httpRoute(m *yaml.Node, path string, i int) (*parsedRoute, bool) {
 	r := &parsedRoute{HTTPRoute: HTTPRoute{Name: fmt.Sprintf("http[%d]", i), File: p.file, Line: m.Line, Cost: 1, Action: "deny"}}
+	rs := &routeSpec{later: map[string]*field{}, actionLine: m.Line, actionOK: true}
+	ok := p.routeFields(m, path, r, rs)
+	ok = p.routeKey(r, rs.later["key"], m.Line, path) && ok
+	if rs.actionOK {
+		ok = p.routeAction(r, rs, path) && ok
+	}
+	return r, p.routeLimit(r, rs, path) && ok
+}
+
+// routeSpec is what a route's fields say that is read once they all are.
+type routeSpec struct {
+	later      map[string]*field // key, rate_limit(s) and actionFields, by name
+	actionLine int               // the line of the action, else of the route
+	actionOK   bool              // the action, if given, is known
+}
+
+// A routeReader reads one field of a route (its value not null); false if
+// it was bad (reported).
+type routeReader func(p *parser, r *parsedRoute, rs *routeSpec, f *field, path string) bool
+
+// routeReaders read the route fields that need no other; routeLater keeps
+// the rest for routeKey, routeAction and routeLimit.
+var routeReaders = map[string]routeReader{
+	"name":   (*parser).routeName,
+	"action": (*parser).routeActionName,
+	"match": func(p *parser, r *parsedRoute, _ *routeSpec, f *field, path string) bool {
+		return p.httpMatch(f.val, path, &r.HTTPRoute)
+	},
+	"cost": func(p *parser, r *parsedRoute, _ *routeSpec, f *field, path string) (ok bool) {
+		r.Cost, ok = p.integer(f.val, path, 1, 1e9)
+		return ok
+	},
+	"exempt_cidrs": func(p *parser, r *parsedRoute, _ *routeSpec, f *field, path string) (ok bool) {
+		r.ExemptCIDRs, ok = p.httpCIDRs(f.val, path)
+		return ok
+	},
+}
+
+// routeLater reports whether a route's field is read once all are.
+func routeLater(name string) bool {
+	return name == "key" || name == "rate_limit" || name == "rate_limits" || actionFieldOf(name) != nil
+}
+
+// routeFields reads a route's fields, keeping those read later in rs.
+func (p *parser) routeFields(m *yaml.Node, path string, r *parsedRoute, rs *routeSpec) bool {
 	ok := true
-	var keyF, statusF, delayF, redirF, rstatusF, banF, rl, rls *field
-	actionLine := m.Line
-	actionOK := true
 	fs := p.fields(m, path)
-	for j := range fs {
-		f := &fs[j]
-		fp := join(path, f.name)
+	for i := range fs {
+		f := &fs[i]
 		if isNull(p.resolve(f.val)) {
 			continue
 		}
-		good := true
-		switch f.name {
-		case "name":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				switch {
-				case s == "":
-					p.add(f.val.Line, fp, "must not be empty")
-					good = false
-				case hasCtl(s):
-					p.add(f.val.Line, fp, "must not hold control characters")
-					good = false
-				default:
-					r.Name = s
-				}
-			}
-		case "match":
-			good = p.httpMatch(f.val, fp, &r.HTTPRoute)
-		case "key":
-			keyF = f
-		case "action":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				actionLine = f.val.Line
-				if s = strings.ToLower(s); contains(httpActions, s) {
-					r.Action = s
-				} else {
-					p.add(f.val.Line, fp, "unknown action %q (want deny, ban, delay, redirect or shadow)", s)
-					good = false
-				}
-			}
-			actionOK = good
-		case "status":
-			statusF = f
-		case "max_delay":
-			delayF = f
-		case "redirect":
-			redirF = f
-		case "redirect_status":
-			rstatusF = f
-		case "ban":
-			banF = f
-		case "cost":
-			r.Cost, good = p.integer(f.val, fp, 1, 1e9)
-		case "exempt_cidrs":
-			r.ExemptCIDRs, good = p.httpCIDRs(f.val, fp)
-		case "rate_limit":
-			rl = f
-		case "rate_limits":
-			rls = f
+		switch read := routeReaders[f.name]; {
+		case read != nil:
+			ok = read(p, r, rs, f, join(path, f.name)) && ok
+		case routeLater(f.name):
+			rs.later[f.name] = f
 		default:
 			p.unknownRouteField(*f, path)
-			good = false
-		}
-		ok = ok && good
-	}
-
-	// key
-	if keyF == nil {
-		p.add(m.Line, join(path, "key"), "missing: a route needs a key: the descriptor entries its requests are counted by, such as [remote_address]")
-		ok = false
-	} else {
-		r.keyLine = keyF.key.Line
-		var good bool
-		if r.Key, good = p.httpKey(keyF, join(path, "key")); !good {
 			ok = false
 		}
 	}
+	return ok
+}
 
-	// What the action needs, and what it refuses.
-	if actionOK {
-		act := r.Action
-		refuse := func(f *field, what string) {
-			p.add(f.key.Line, join(path, f.name), "only action %s has %s (this route's action is %s)", what, f.name, act)
+func (p *parser) routeName(r *parsedRoute, _ *routeSpec, f *field, path string) bool {
+	s, ok := p.str(f.val, path)
+	switch {
+	case !ok:
+		return false
+	case s == "":
+		p.add(f.val.Line, path, "must not be empty")
+		return false
+	case hasCtl(s):
+		p.add(f.val.Line, path, "must not hold control characters")
+		return false
+	}
+	r.Name = s
+	return true
+}
+
+func (p *parser) routeActionName(r *parsedRoute, rs *routeSpec, f *field, path string) bool {
+	s, ok := p.str(f.val, path)
+	if ok {
+		rs.actionLine = f.val.Line
+		if s = strings.ToLower(s); contains(httpActions, s) {
+			r.Action = s
+		} else {
+			p.add(f.val.Line, path, "unknown action %q (want deny, ban, delay, redirect or shadow)", s)
 			ok = false
-		}
-		need := func(name, what string) {
-			p.add(actionLine, join(path, name), "missing: action %s needs %s", act, what)
-			ok = false
-		}
-		if statusF != nil {
-			if act == "redirect" || act == "shadow" {
-				p.add(statusF.key.Line, join(path, "status"), "action %s refuses no request, so it has no status (redirect_status is a redirect's)", act)
-				ok = false
-			} else if s, good := p.integer(statusF.val, join(path, "status"), 400, 599); good {
-				r.Status = int(s)
-			} else {
-				ok = false
-			}
-		}
-		if r.Status == 0 && act != "redirect" && act != "shadow" {
-			r.Status = 429
-		}
-		switch {
-		case delayF != nil && act != "delay":
-			refuse(delayF, "delay")
-		case delayF != nil:
-			fp := join(path, "max_delay")
-			if d, good := p.duration(delayF.val, fp); !good {
-				ok = false
-			} else if d > maxHTTPDelay {
-				p.add(delayF.val.Line, fp, "%v is too long (at most %v): a waiting request holds its connection", d, maxHTTPDelay)
-				ok = false
-			} else {
-				r.MaxDelay = d
-			}
-		case act == "delay":
-			need("max_delay", "max_delay: the longest a request waits for the limit (a duration such as \"500ms\")")
-		}
-		switch {
-		case redirF != nil && act != "redirect":
-			refuse(redirF, "redirect")
-		case redirF != nil:
-			fp := join(path, "redirect")
-			if s, good := p.str(redirF.val, fp); !good {
-				ok = false
-			} else if msg := checkRedirect(s); msg != "" {
-				p.add(redirF.val.Line, fp, "%s", msg)
-				ok = false
-			} else {
-				r.Redirect = s
-			}
-		case act == "redirect":
-			need("redirect", "redirect: where to send requests over the limit (an absolute http(s) URL or a path starting with \"/\")")
-		}
-		switch {
-		case rstatusF != nil && act != "redirect":
-			refuse(rstatusF, "redirect")
-		case rstatusF != nil:
-			fp := join(path, "redirect_status")
-			if s, good := p.integer(rstatusF.val, fp, 100, 999); !good {
-				ok = false
-			} else if s != 301 && s != 302 && s != 303 && s != 307 && s != 308 {
-				p.add(rstatusF.val.Line, fp, "%d is not a redirect status (want 301, 302, 303, 307 or 308)", s)
-				ok = false
-			} else {
-				r.RedirectStatus = int(s)
-			}
-		}
-		if act == "redirect" && r.RedirectStatus == 0 {
-			r.RedirectStatus = 302
-		}
-		switch {
-		case banF != nil && act != "ban":
-			refuse(banF, "ban")
-		case banF != nil:
-			var good bool
-			if r.Ban, good = p.httpBan(banF.val, join(path, "ban")); !good {
-				ok = false
-			}
-		case act == "ban":
-			need("ban", "ban: {threshold, interval, duration}")
 		}
 	}
+	rs.actionOK = ok
+	return ok
+}
 
-	// The route's own limit.
-	if rl != nil && rls != nil {
+// routeKey reads the route's key, which every route has.
+func (p *parser) routeKey(r *parsedRoute, f *field, line int, path string) bool {
+	if f == nil {
+		p.add(line, join(path, "key"), "missing: a route needs a key: the descriptor entries its requests are counted by, such as [remote_address]")
+		return false
+	}
+	r.keyLine = f.key.Line
+	var ok bool
+	r.Key, ok = p.httpKey(f, join(path, "key"))
+	return ok
+}
+
+// An actionField is a route field that only some actions take.
+type actionField struct {
+	name    string
+	actions []string // the actions that take it
+	need    string   // what it gives, if those actions need it; "" if optional
+	refuse  string   // why other actions refuse it (%s: the action), if not "only action X has it"
+	read    func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool
+}
+
+// actionFields are the route fields only some actions take, in the order
+// they are checked.
+var actionFields = []actionField{
+	{name: "status", actions: []string{"deny", "ban", "delay"}, read: (*parser).routeStatus,
+		refuse: "action %s refuses no request, so it has no status (redirect_status is a redirect's)"},
+	{name: "max_delay", actions: []string{"delay"}, read: (*parser).routeMaxDelay,
+		need: "max_delay: the longest a request waits for the limit (a duration such as \"500ms\")"},
+	{name: "redirect", actions: []string{"redirect"}, read: (*parser).routeRedirect,
+		need: "redirect: where to send requests over the limit (an absolute http(s) URL or a path starting with \"/\")"},
+	{name: "redirect_status", actions: []string{"redirect"}, read: (*parser).routeRedirectStatus},
+	{name: "ban", actions: []string{"ban"}, read: (*parser).routeBan,
+		need: "ban: {threshold, interval, duration}"},
+}
+
+func actionFieldOf(name string) *actionField {
+	for i := range actionFields {
+		if actionFields[i].name == name {
+			return &actionFields[i]
+		}
+	}
+	return nil
+}
+
+// routeAction reads the fields of actionFields: what the route's action
+// needs, and what it refuses.
+func (p *parser) routeAction(r *parsedRoute, rs *routeSpec, path string) bool {
+	ok, act := true, r.Action
+	for _, af := range actionFields {
+		f, takes := rs.later[af.name], contains(af.actions, act)
+		switch {
+		case f != nil && !takes && af.refuse != "":
+			p.add(f.key.Line, join(path, f.name), af.refuse, act)
+			ok = false
+		case f != nil && !takes:
+			p.add(f.key.Line, join(path, f.name), "only action %s has %s (this route's action is %s)", af.actions[0], f.name, act)
+			ok = false
+		case f != nil:
+			ok = af.read(p, &r.HTTPRoute, f.val, join(path, f.name)) && ok
+		case takes && af.need != "":
+			p.add(rs.actionLine, join(path, af.name), "missing: action %s needs %s", act, af.need)
+			ok = false
+		}
+	}
+	if r.Status == 0 && act != "redirect" && act != "shadow" {
+		r.Status = 429
+	}
+	if act == "redirect" && r.RedirectStatus == 0 {
+		r.RedirectStatus = 302
+	}
+	return ok
+}
+
+func (p *parser) routeStatus(r *HTTPRoute, v *yaml.Node, path string) bool {
+	s, ok := p.integer(v, path, 400, 599)
+	if ok {
+		r.Status = int(s)
+	}
+	return ok
+}
+
+func (p *parser) routeMaxDelay(r *HTTPRoute, v *yaml.Node, path string) bool {
+	d, ok := p.duration(v, path)
+	if !ok {
+		return false
+	}
+	if d > maxHTTPDelay {
+		p.add(v.Line, path, "%v is too long (at most %v): a waiting request holds its connection", d, maxHTTPDelay)
+		return false
+	}
+	r.MaxDelay = d
+	return true
+}
+
+func (p *parser) routeRedirect(r *HTTPRoute, v *yaml.Node, path string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
+	}
+	if msg := checkRedirect(s); msg != "" {
+		p.add(v.Line, path, "%s", msg)
+		return false
+	}
+	r.Redirect = s
+	return true
+}
+
+func (p *parser) routeRedirectStatus(r *HTTPRoute, v *yaml.Node, path string) bool {
+	s, ok := p.integer(v, path, 100, 999)
+	if !ok {
+		return false
+	}
+	if s != 301 && s != 302 && s != 303 && s != 307 && s != 308 {
+		p.add(v.Line, path, "%d is not a redirect status (want 301, 302, 303, 307 or 308)", s)
+		return false
+	}
+	r.RedirectStatus = int(s)
+	return true
+}
+
+func (p *parser) routeBan(r *HTTPRoute, v *yaml.Node, path string) (ok bool) {
+	r.Ban, ok = p.httpBan(v, path)
+	return ok
+}
+
+// routeLimit reads the route's own rate_limit or rate_limits, if any.
+func (p *parser) routeLimit(r *parsedRoute, rs *routeSpec, path string) bool {
+	rl, rls := rs.later["rate_limit"], rs.later["rate_limits"]
+	switch {
+	case rl != nil && rls != nil:
 		p.add(rls.key.Line, join(path, "rate_limits"), "give rate_limit or rate_limits, not both")
-		ok = false
-	} else if rl != nil || rls != nil {
-		l := p.limit(rl, rls, path, nil)
-		if l == nil {
-			return r, false
-		}
-		// p.limit filed it among the descriptor tree's limits: it is not one.
-		if n := len(p.dom.limits); n > 0 && p.dom.limits[n-1] == l {
-			p.dom.limits = p.dom.limits[:n-1]
-		}
-		l.ShadowMode = r.Action == "shadow"
-		if l.Policy != nil {
-			pol, err := floodgate.NewPolicy(httpPolicyName(p.dom.Name, r.Name), l.Policy.Rules()...)
-			if err != nil { // cannot happen: the rules were valid
-				p.add(l.Line, path, "%v", err)
-				return r, false
-			}
-			l.Policy = pol
-			if r.Action == "delay" && !pol.CanDelay() {
-				p.add(actionLine, join(path, "action"), "delay needs a bucket algorithm (token_bucket, gcra, leaky_bucket) in the route's rate_limit; windows never delay, so every request over it would be refused")
-				ok = false
-			}
-		}
-		r.Limit = l
+		return false
+	case rl == nil && rls == nil:
+		return true
 	}
-	return r, ok
+	l := p.limit(rl, rls, path, nil)
+	if l == nil {
+		return false
+	}
+	// p.limit filed it among the descriptor tree's limits: it is not one.
+	if n := len(p.dom.limits); n > 0 && p.dom.limits[n-1] == l {
+		p.dom.limits = p.dom.limits[:n-1]
+	}
+	l.ShadowMode = r.Action == "shadow"
+	ok := true
+	if l.Policy != nil {
+		pol, err := floodgate.NewPolicy(httpPolicyName(p.dom.Name, r.Name), l.Policy.Rules()...)
+		if err != nil { // cannot happen: the rules were valid
+			p.add(l.Line, path, "%v", err)
+			return false
+		}
+		l.Policy = pol
+		if r.Action == "delay" && !pol.CanDelay() {
+			p.add(rs.actionLine, join(path, "action"), "delay needs a bucket algorithm (token_bucket, gcra, leaky_bucket) in the route's rate_limit; windows never delay, so every request over it would be refused")
+			ok = false
+		}
+	}
+	r.Limit = l
+	return ok
 }
 
 // unknownRouteField reports an unknown field of a route, with a hint.
