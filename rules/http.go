@@ -443,6 +443,24 @@ func (p *parser) unknownIn(f field, path string, allowed []string) {
 	p.add(f.key.Line, join(path, f.name), "%s", msg)
 }
 
+// matchReaders read each field of a route's match into the route.
+var matchReaders = map[string]func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool{
+	"host": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) (ok bool) {
+		r.Hosts, ok = p.stringList(v, path, "match.host", normHost)
+		return ok
+	},
+	"methods": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) (ok bool) {
+		r.Methods, ok = p.stringList(v, path, "match.methods", normMethod)
+		return ok
+	},
+	"path_prefix": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool {
+		return p.checked(v, path, checkPrefix, &r.PathPrefix)
+	},
+	"path": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool {
+		return p.checked(v, path, checkPathPattern, &r.Path)
+	},
+}
+
 // httpMatch reads a route's match into r.
 func (p *parser) httpMatch(v *yaml.Node, path string, r *HTTPRoute) bool {
 	m, ok := p.mapping(v, path)
@@ -450,51 +468,50 @@ func (p *parser) httpMatch(v *yaml.Node, path string, r *HTTPRoute) bool {
 		return false
 	}
 	for _, f := range p.fields(m, path) {
-		fp := join(path, f.name)
 		if isNull(p.resolve(f.val)) {
 			continue
 		}
-		good := true
-		switch f.name {
-		case "host":
-			r.Hosts, good = p.stringList(f.val, fp, "match.host", func(s string) (string, string) { return normHost(s) })
-		case "methods":
-			r.Methods, good = p.stringList(f.val, fp, "match.methods", func(s string) (string, string) {
-				if !isToken(s) {
-					return "", fmt.Sprintf("%q is not a method name (a token: letters, digits and !#$%%&'*+-.^_`|~)", s)
-				}
-				return strings.ToUpper(s), ""
-			})
-		case "path_prefix":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				if msg := checkPath(s, "path_prefix"); msg != "" {
-					p.add(f.val.Line, fp, "%s", msg)
-					good = false
-				} else if strings.Contains(s, "*") {
-					p.add(f.val.Line, fp, "a prefix has no wildcards (use path: %q for a pattern)", s)
-					good = false
-				} else {
-					r.PathPrefix = s
-				}
-			}
-		case "path":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				if msg := checkPathPattern(s); msg != "" {
-					p.add(f.val.Line, fp, "%s", msg)
-					good = false
-				} else {
-					r.Path = s
-				}
-			}
-		default:
+		if read := matchReaders[f.name]; read != nil {
+			ok = read(p, r, f.val, join(path, f.name)) && ok
+		} else {
 			p.unknownIn(f, path, httpMatchFields)
-			good = false
+			ok = false
 		}
-		ok = ok && good
 	}
 	return ok
+}
+
+// checked reads a string into *to unless check says what is wrong with it.
+func (p *parser) checked(v *yaml.Node, path string, check func(string) string, to *string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
+	}
+	if msg := check(s); msg != "" {
+		p.add(v.Line, path, "%s", msg)
+		return false
+	}
+	*to = s
+	return true
+}
+
+// normMethod uppercases a match.methods entry, or says what is wrong with it.
+func normMethod(s string) (string, string) {
+	if !isToken(s) {
+		return "", fmt.Sprintf("%q is not a method name (a token: letters, digits and !#$%%&'*+-.^_`|~)", s)
+	}
+	return strings.ToUpper(s), ""
+}
+
+// checkPrefix says what is wrong with a match.path_prefix, if anything.
+func checkPrefix(s string) string {
+	if msg := checkPath(s, "path_prefix"); msg != "" {
+		return msg
+	}
+	if strings.Contains(s, "*") {
+		return fmt.Sprintf("a prefix has no wildcards (use path: %q for a pattern)", s)
+	}
+	return ""
 }
 
 // stringList reads a string or a non-empty list of strings, each
@@ -556,33 +573,44 @@ func normHost(s string) (string, string) {
 		return "", fmt.Sprintf("%q would match every host: leave match.host out instead", s)
 	}
 	name, wild := strings.CutPrefix(h, "*.")
-	if strings.HasPrefix(name, "[") {
-		a, err := netip.ParseAddr(strings.TrimSuffix(name[1:], "]"))
-		if wild || !strings.HasSuffix(name, "]") || err != nil || !a.Is6() || a.Zone() != "" {
-			return "", fmt.Sprintf("%q is not a host: an IPv6 address is written in brackets, as in \"[2001:db8::1]\", without a port", s)
-		}
-		return "[" + a.String() + "]", ""
-	}
-	if strings.Contains(name, ":") {
+	switch {
+	case strings.HasPrefix(name, "["):
+		return normIPv6(s, name, wild)
+	case strings.Contains(name, ":"):
 		if _, err := netip.ParseAddr(name); err == nil {
 			return "", fmt.Sprintf("write an IPv6 address in brackets: \"[%s]\"", name)
 		}
 		return "", fmt.Sprintf("%q has a port: a host is matched whatever the request's port", s)
-	}
-	if strings.Contains(name, "*") {
+	case strings.Contains(name, "*"):
 		return "", fmt.Sprintf("%q: a wildcard host is \"*.\" then a domain, as in \"*.example.com\"", s)
-	}
-	if len(name) > 253 {
+	case len(name) > 253:
 		return "", fmt.Sprintf("a host name is at most 253 bytes, not %d", len(name))
+	case !hostLabels(name):
+		return "", fmt.Sprintf("%q is not a host name (dot-separated labels of letters, digits, '-' and '_')", s)
 	}
+	return h, ""
+}
+
+// normIPv6 reads name, "[address]", of the match.host s.
+func normIPv6(s, name string, wild bool) (string, string) {
+	a, err := netip.ParseAddr(strings.TrimSuffix(name[1:], "]"))
+	if wild || !strings.HasSuffix(name, "]") || err != nil || !a.Is6() || a.Zone() != "" {
+		return "", fmt.Sprintf("%q is not a host: an IPv6 address is written in brackets, as in \"[2001:db8::1]\", without a port", s)
+	}
+	return "[" + a.String() + "]", ""
+}
+
+// hostLabels reports whether name is dot-separated labels of 1 to 63
+// letters, digits, '-' and '_'.
+func hostLabels(name string) bool {
 	for _, label := range strings.Split(name, ".") {
 		if label == "" || len(label) > 63 || strings.IndexFunc(label, func(c rune) bool {
 			return !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_')
 		}) >= 0 {
-			return "", fmt.Sprintf("%q is not a host name (dot-separated labels of letters, digits, '-' and '_')", s)
+			return false
 		}
 	}
-	return h, ""
+	return true
 }
 
 // checkPath says what is wrong with a path (or path prefix), if anything.

@@ -311,41 +311,26 @@ func (p *parser) collect(n *yaml.Node, path string, out *[]field, seen map[strin
 			return
 		}
 		k = p.resolve(k)
-		if k == nil {
+		switch {
+		case k == nil:
 			return
-		}
-		if k.Kind != yaml.ScalarNode || isNull(k) {
+		case k.Kind != yaml.ScalarNode || isNull(k):
 			p.add(k.Line, path, "a field name must be a string, not %s", kindName(k))
-			continue
-		}
-		if k.Value == "<<" && k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 {
+		case k.Value == "<<" && k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0:
 			merges = append(merges, v)
-			continue
-		}
-		if prev := seen[k.Value]; prev != nil {
+		case seen[k.Value] != nil:
 			if !merged {
-				p.add(k.Line, join(path, k.Value), "given twice (first at line %d)", prev.Line)
+				p.add(k.Line, join(path, k.Value), "given twice (first at line %d)", seen[k.Value].Line)
 			}
-			continue
+		default:
+			seen[k.Value] = k
+			*out = append(*out, field{name: k.Value, key: k, val: v})
 		}
-		seen[k.Value] = k
-		*out = append(*out, field{name: k.Value, key: k, val: v})
 	}
 	for _, m := range merges {
-		m = p.resolve(m)
-		if m == nil {
+		maps, ok := p.mergeMaps(m)
+		if !ok {
 			return
-		}
-		var maps []*yaml.Node
-		switch m.Kind {
-		case yaml.MappingNode:
-			maps = []*yaml.Node{m}
-		case yaml.SequenceNode:
-			for _, e := range m.Content {
-				if e = p.resolve(e); e != nil {
-					maps = append(maps, e)
-				}
-			}
 		}
 		for _, mm := range maps {
 			if mm.Kind != yaml.MappingNode {
@@ -355,6 +340,27 @@ func (p *parser) collect(n *yaml.Node, path string, out *[]field, seen map[strin
 			p.collect(mm, path, out, seen, true, depth+1)
 		}
 	}
+}
+
+// mergeMaps is what a merge key's value names: a mapping or a list of them
+// (aliases resolved, each checked by the caller).
+func (p *parser) mergeMaps(m *yaml.Node) ([]*yaml.Node, bool) {
+	if m = p.resolve(m); m == nil {
+		return nil, false
+	}
+	switch m.Kind {
+	case yaml.MappingNode:
+		return []*yaml.Node{m}, true
+	case yaml.SequenceNode:
+		var maps []*yaml.Node
+		for _, e := range m.Content {
+			if e = p.resolve(e); e != nil {
+				maps = append(maps, e)
+			}
+		}
+		return maps, true
+	}
+	return nil, true
 }
 
 func join(path, name string) string {
@@ -937,22 +943,33 @@ func (p *parser) register(lvl *level, n *node, path string) bool {
 		dup = g.patterns[string(rune('0'+n.kind))+n.value]
 	}
 	if dup != nil {
-		what := fmt.Sprintf("key %q", n.key)
-		switch n.kind {
-		case kindExact, kindGlob:
-			what += fmt.Sprintf(" value %q", n.value)
-		case kindPrefix:
-			what += fmt.Sprintf(" value_prefix %q", n.value)
-		case kindRegex:
-			what += fmt.Sprintf(" value_regex %q", n.value)
-		}
 		if dup.synth {
-			p.add(n.line, path, "duplicate descriptor: %s is listed in exempt_values at line %d", what, dup.line)
+			p.add(n.line, path, "duplicate descriptor: %s is listed in exempt_values at line %d", n.describe(), dup.line)
 		} else {
-			p.add(n.line, path, "duplicate descriptor: %s is already defined at line %d", what, dup.line)
+			p.add(n.line, path, "duplicate descriptor: %s is already defined at line %d", n.describe(), dup.line)
 		}
 		return false
 	}
+	g.add(n)
+	return true
+}
+
+// describe says a node's key and value for messages.
+func (n *node) describe() string {
+	what := fmt.Sprintf("key %q", n.key)
+	switch n.kind {
+	case kindExact, kindGlob:
+		what += fmt.Sprintf(" value %q", n.value)
+	case kindPrefix:
+		what += fmt.Sprintf(" value_prefix %q", n.value)
+	case kindRegex:
+		what += fmt.Sprintf(" value_regex %q", n.value)
+	}
+	return what
+}
+
+// add files n in g by how it matches.
+func (g *keyGroup) add(n *node) {
 	switch n.kind {
 	case kindKey:
 		g.keyOnly = n
@@ -974,7 +991,6 @@ func (p *parser) register(lvl *level, n *node, path string) bool {
 		}
 		g.patterns[string(rune('0'+n.kind))+n.value] = n
 	}
-	return true
 }
 
 // exemptValues adds an exempt exact sibling of n for each listed value.
@@ -1120,39 +1136,46 @@ func (p *parser) plain(v *yaml.Node, path string, depth int) (any, bool) {
 		}
 		return out, true
 	case yaml.ScalarNode:
-		if len(v.Value) > MaxStringLen {
-			p.add(v.Line, path, "is %d bytes long; at most %d", len(v.Value), MaxStringLen)
-			return nil, false
-		}
-		switch v.ShortTag() {
-		case "!!null":
-			return nil, true
-		case "!!bool":
-			var b bool
-			if err := v.Decode(&b); err == nil {
-				return b, true
-			}
-		case "!!int":
-			var i int64
-			if err := v.Decode(&i); err == nil {
-				return i, true
-			}
-			var f float64
-			if err := v.Decode(&f); err == nil {
-				return f, true
-			}
-		case "!!float":
-			var f float64
-			if err := v.Decode(&f); err == nil {
-				if math.IsNaN(f) || math.IsInf(f, 0) {
-					p.add(v.Line, path, "NaN and infinities cannot be sent as metadata")
-					return nil, false
-				}
-				return f, true
-			}
-		}
-		return v.Value, true
+		return p.plainScalar(v, path)
 	}
 	p.add(v.Line, path, "unsupported YAML")
 	return nil, false
+}
+
+// plainScalar converts a scalar by its tag, as plain does.
+func (p *parser) plainScalar(v *yaml.Node, path string) (any, bool) {
+	if len(v.Value) > MaxStringLen {
+		p.add(v.Line, path, "is %d bytes long; at most %d", len(v.Value), MaxStringLen)
+		return nil, false
+	}
+	var (
+		b bool
+		i int64
+		f float64
+	)
+	switch v.ShortTag() {
+	case "!!null":
+		return nil, true
+	case "!!bool":
+		if v.Decode(&b) == nil {
+			return b, true
+		}
+	case "!!int":
+		if v.Decode(&i) == nil {
+			return i, true
+		}
+		if v.Decode(&f) == nil {
+			return f, true
+		}
+	case "!!float":
+		if v.Decode(&f) != nil {
+			break
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			p.add(v.Line, path, "NaN and infinities cannot be sent as metadata")
+			return nil, false
+		}
+		return f, true
+	}
+	return v.Value, true
 }
