@@ -77,7 +77,8 @@ type HTTPKeyPart struct {
 // HTTP returns the domain's http routes in file order.
 func (d *Domain) HTTP() []*HTTPRoute { return append([]*HTTPRoute(nil), d.http...) }
 
-// field names of the http section, for "unknown field" hints
+// field names of the http section, for "unknown field" hints (the names
+// the parser's tables read: TestFieldListsMatchTables)
 var (
 	httpFields = []string{"name", "match", "key", "action", "status", "max_delay", "redirect", "redirect_status",
 		"ban", "cost", "exempt_cidrs", "rate_limit", "rate_limits"}

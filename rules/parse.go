@@ -40,7 +40,8 @@ var (
 	maxMetadata    = MaxMetadata
 )
 
-// field names by place, for "unknown field" hints
+// field names by place, for "unknown field" hints (the names the parser's
+// tables read: TestFieldListsMatchTables)
 var (
 	rootFields = []string{"domain", "descriptors", "all_or_nothing", "failure_mode", "local_percent", "http"}
 	descFields = []string{"key", "value", "value_prefix", "value_regex", "exempt", "exempt_values",

@@ -55,7 +55,7 @@ func (s *spec) lineOf(f string) int {
 // if it was bad (and reported).
 type specReader func(p *parser, s *spec, v *yaml.Node, path string) bool
 
-// specReaders reads each field of ruleFields.
+// specReaders read the fields of ruleFields.
 var specReaders = map[string]specReader{
 	"unit":              (*parser).specUnit,
 	"requests_per_unit": specInt(0, math.MaxUint32, func(s *spec) *int64 { return &s.rpu }),
