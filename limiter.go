@@ -230,7 +230,7 @@ func mustPolicy(caller string, p *Policy) {
 	if p == nil {
 		panic("floodgate: " + caller + ": nil policy (NewPolicy or MustPolicy makes one)")
 	}
-	if p.width == 0 {
+	if p.c.Width == 0 {
 		panic("floodgate: " + caller + ": a zero Policy (NewPolicy or MustPolicy makes one)")
 	}
 }

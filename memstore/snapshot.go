@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // Snapshot file layout, little-endian:
@@ -346,8 +347,8 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			return fmt.Errorf("table %d (policy %q): %w", ti, h.Policy, err)
 		}
 		w, count := int(le.Uint32(hb[hl:])), le.Uint64(hb[hl+4:])
-		if w != 1+p.Width() {
-			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+p.Width())
+		if w != 1+storekit.Width(p) {
+			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+storekit.Width(p))
 		}
 		if count > uint64(s.opts.MaxKeys)*2 || count*uint64(w) > 1<<34 {
 			return fmt.Errorf("table %d (policy %q): %d keys, more than twice the cap of %d keys (MaxKeys) or 128 GiB", ti, h.Policy, count, s.opts.MaxKeys)
@@ -366,10 +367,10 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			for j := range state {
 				state[j] = int64(le.Uint64(wb[8*(j+1):]))
 			}
-			if !p.ValidState(state) {
+			if !storekit.Valid(p, state) {
 				return fmt.Errorf("table %d (policy %q): key %d: a state no rule of the policy could have written (the file is damaged)", ti, h.Policy, i)
 			}
-			if p.Consumption(state, now) == 0 {
+			if storekit.Consumption(p, state, now) == 0 {
 				continue
 			}
 			sh := &t.shards[hash>>t.shift]
