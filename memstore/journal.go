@@ -693,7 +693,7 @@ func (s *Store) replayRecord(body []byte, pols map[uint32]*floodgate.Policy, sta
 		if err != nil {
 			return fmt.Sprintf("a policy record (policy %q): %v", h.Policy, err)
 		}
-		if int(w) != 1+storekit.Width(p) {
+		if int(w) != 1+storekit.Width(p) && int(w) != 1+compiledOf(p).LegacyWidth() {
 			return fmt.Sprintf("a policy record (policy %q): %d words per key, want %d", h.Policy, w, 1+storekit.Width(p))
 		}
 		pols[id] = p
@@ -706,15 +706,22 @@ func (s *Store) replayRecord(body []byte, pols map[uint32]*floodgate.Policy, sta
 		if p == nil {
 			return fmt.Sprintf("a key record under policy id %d, not declared before it", le.Uint32(body[1:]))
 		}
-		h := le.Uint64(body[5:])
-		if h == 0 || len(body) != 13+8*storekit.Width(p) {
-			return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*storekit.Width(p))
+		h, w, legacy := le.Uint64(body[5:]), storekit.Width(p), compiledOf(p).LegacyWidth()
+		if h == 0 || len(body) != 13+8*w && len(body) != 13+8*legacy {
+			return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*w)
 		}
-		st := slices.Grow((*state)[:0], storekit.Width(p))[:storekit.Width(p)]
+		n := (len(body) - 13) / 8
+		st := slices.Grow((*state)[:0], w+n)[:w+n]
 		*state = st
-		for i := range st {
-			st[i] = int64(le.Uint64(body[13+8*i:]))
+		for i := range n {
+			st[w+i] = int64(le.Uint64(body[13+8*i:]))
 		}
+		if n == w {
+			copy(st, st[w:])
+		} else { // written before a sliding log counting rejections kept one more entry
+			compiledOf(p).Widen(st[w:], st[:w])
+		}
+		st = st[:w]
 		if !storekit.Valid(p, st) {
 			return fmt.Sprintf("a key record of policy %q: a state no rule of the policy could have written", p.Name())
 		}

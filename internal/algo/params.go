@@ -121,6 +121,9 @@ func (p *Params) Reservable() bool {
 func (p *Params) WidthFor() int {
 	switch p.Kind {
 	case SlidingLog:
+		if p.CountRejected { // one more: a full window told from an overfull one
+			return 3 + int(p.MaxCeiling())
+		}
 		return 2 + int(p.MaxCeiling())
 	case SlidingSubwindow:
 		per := 64 / p.CBits

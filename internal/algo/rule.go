@@ -11,6 +11,7 @@ import "time"
 //	    current refill period)
 //	FixedWindow:      s[0] window start, s[1] count
 //	SlidingLog:       s[0] entries, s[1] ring head, s[2:] ring of timestamps
+//	    (MaxCeiling of them, one more with CountRejected)
 //	SlidingCounter:   s[0] current window start, s[1] previous count << 32 | current count
 //	    (both below 2^31, so a key costs two words)
 //	SlidingSubwindow: s[0] current sub-window index, s[1] total, s[2:] ring of
@@ -243,6 +244,10 @@ func Clamp(p *Params, s []int64, now int64) {
 		s[0] = min(s[0], c)
 	case FixedWindow:
 		s[1] = min(s[1], c)
+	case SlidingLog: // the oldest entries go (the ring holds c+1 when counting rejections)
+		if x := s[0] - c; x > 0 {
+			s[0], s[1] = c, (s[1]+x)%int64(len(s)-2)
+		}
 	case SlidingCounter:
 		swcSetCur(s, min(swcCur(s), c))
 	case SlidingSubwindow:
