@@ -53,145 +53,165 @@ func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, sp
 		apply1(&ps[0], st, now, op, cost, maxDelay, spare&1 != 0, out)
 		return
 	}
-	var (
-		nows  [MaxRules]int64
-		ceils [MaxRules]int64
-		delay [MaxRules]int64
-		fit   [MaxRules]bool
-	)
-	n := len(ps)
-	r := out
-	*r = Result{Allowed: true}
-	for i := range n {
-		p := &ps[i]
-		s := st[p.Off : p.Off+p.Width]
-		nows[i] = Advance(p, s, now)
-		ceils[i] = p.Ceiling(spare&(1<<i) != 0)
-	}
-
+	var k keyRules
+	k.advance(ps, st, now, spare)
+	*out = Result{Allowed: true}
 	switch op {
 	case OpReset:
 		clear(st)
 	case OpRefund:
-		for i := range n {
-			p := &ps[i]
-			Refund(p, st[p.Off:p.Off+p.Width], nows[i], cost)
+		for i := range k.ps {
+			Refund(&k.ps[i], k.state(i), k.nows[i], cost)
 		}
 	case OpPeek, OpCharge, OpAllow:
-		for i := range n {
-			p := &ps[i]
-			s := st[p.Off : p.Off+p.Width]
-			if cost > ceils[i] && !r.TooLarge {
-				// Never admissible. A charge is still recorded (clamped)
-				// but reports the rule as too large, not a wait.
-				r.Allowed, r.TooLarge, r.Rule = false, true, i
-				if op != OpCharge {
-					break
-				}
-			}
-			fit[i] = cost <= ceils[i] && Fits(p, s, nows[i], cost, ceils[i])
-			r.Allowed = r.Allowed && fit[i]
-		}
-		switch {
-		case op == OpCharge:
-			for i := range n {
-				p := &ps[i]
-				s := st[p.Off : p.Off+p.Width]
-				Commit(p, s, nows[i], min(cost, p.MaxCeiling()))
-				Clamp(p, s, nows[i])
-			}
-		case op == OpAllow && r.Allowed:
-			for i := range n {
-				p := &ps[i]
-				Commit(p, st[p.Off:p.Off+p.Width], nows[i], cost)
-			}
-		case op == OpAllow && !r.TooLarge:
-			for i := range n {
-				if p := &ps[i]; p.CountRejected {
-					Commit(p, st[p.Off:p.Off+p.Width], nows[i], cost)
-				}
-			}
-		}
+		k.check(op, cost, out)
 	case OpReserve:
-		var longest int64
-		for i := range n {
-			p := &ps[i]
-			s := st[p.Off : p.Off+p.Width]
-			if cost > ceils[i] {
-				r.Allowed, r.TooLarge, r.Rule = false, true, i
+		k.reserve(cost, maxDelay, out)
+	}
+	k.report(cost, out)
+}
+
+// keyRules is one key's rules during a decision: each rule's time (after
+// Advance) and ceiling.
+type keyRules struct {
+	ps    []Params
+	st    []int64
+	nows  [MaxRules]int64
+	ceils [MaxRules]int64
+}
+
+// state returns rule i's state words.
+func (k *keyRules) state(i int) []int64 {
+	p := &k.ps[i]
+	return k.st[p.Off : p.Off+p.Width]
+}
+
+// advance brings every rule to now and sets its ceiling.
+func (k *keyRules) advance(ps []Params, st []int64, now int64, spare uint64) {
+	k.ps, k.st = ps, st
+	for i := range ps {
+		k.nows[i] = Advance(&ps[i], k.state(i), now)
+		k.ceils[i] = ps[i].Ceiling(spare&(1<<i) != 0)
+	}
+}
+
+// check decides a peek, a charge or an allow: admitted if every rule
+// fits, then consumed all or nothing (a charge always; on a denial, only
+// sliding logs that count rejections).
+func (k *keyRules) check(op Op, cost int64, r *Result) {
+	for i := range k.ps {
+		if cost > k.ceils[i] && !r.TooLarge {
+			// Never admissible. A charge is still recorded (clamped)
+			// but reports the rule as too large, not a wait.
+			r.Allowed, r.TooLarge, r.Rule = false, true, i
+			if op != OpCharge {
 				break
 			}
-			switch {
-			case p.Kind == LeakyShaper:
-				fit[i] = s[0]+cost*p.Unit <= ceils[i]*p.Unit // room in the queue
-				delay[i] = QueueDelay(p, s)
-			case Fits(p, s, nows[i], cost, ceils[i]):
-				fit[i] = true
-			case p.Reservable():
-				fit[i] = true
-				delay[i] = RetryAfter(p, s, nows[i], cost, ceils[i])
-			}
-			r.Allowed = r.Allowed && fit[i]
-			longest = max(longest, delay[i])
 		}
-		if longest > maxDelay {
-			r.Allowed = false
-		}
-		if r.Allowed {
-			r.Delay = longest
-			for i := range n {
-				p := &ps[i]
-				Commit(p, st[p.Off:p.Off+p.Width], nows[i], cost)
-			}
+		fit := cost <= k.ceils[i] && Fits(&k.ps[i], k.state(i), k.nows[i], cost, k.ceils[i])
+		r.Allowed = r.Allowed && fit
+	}
+	for i := range k.ps {
+		p, s := &k.ps[i], k.state(i)
+		switch {
+		case op == OpCharge:
+			Commit(p, s, k.nows[i], min(cost, p.MaxCeiling()))
+			Clamp(p, s, k.nows[i])
+		case op == OpAllow && r.Allowed, op == OpAllow && !r.TooLarge && p.CountRejected:
+			Commit(p, s, k.nows[i], cost)
 		}
 	}
+}
 
-	// Report from the deciding rule.
-	best := -1
-	var bestRemaining, bestReset, bestRetry int64
-	for i := range n {
-		p := &ps[i]
-		s := st[p.Off : p.Off+p.Width]
-		rem := Remaining(p, s, nows[i])
-		reset := ResetAfter(p, s, nows[i])
-		var retry int64
-		if !r.Allowed && !r.TooLarge {
-			retry = RetryAfter(p, s, nows[i], cost, ceils[i])
+// reserve admits against capacity that frees within maxDelay: bucket
+// rules lend it, window rules must fit now.
+func (k *keyRules) reserve(cost, maxDelay int64, r *Result) {
+	var longest int64
+	for i := range k.ps {
+		p, s := &k.ps[i], k.state(i)
+		if cost > k.ceils[i] {
+			r.Allowed, r.TooLarge, r.Rule = false, true, i
+			break
 		}
-		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, nows[i]) > p.Burst {
+		fit, delay := true, int64(0)
+		switch {
+		case p.Kind == LeakyShaper:
+			fit = s[0]+cost*p.Unit <= k.ceils[i]*p.Unit // room in the queue
+			delay = QueueDelay(p, s)
+		case Fits(p, s, k.nows[i], cost, k.ceils[i]):
+		case p.Reservable():
+			delay = RetryAfter(p, s, k.nows[i], cost, k.ceils[i])
+		default:
+			fit = false
+		}
+		r.Allowed = r.Allowed && fit
+		longest = max(longest, delay)
+	}
+	if longest > maxDelay {
+		r.Allowed = false
+	}
+	if r.Allowed {
+		r.Delay = longest
+		for i := range k.ps {
+			Commit(&k.ps[i], k.state(i), k.nows[i], cost)
+		}
+	}
+}
+
+// report fills the numbers from the deciding rule: for a denial, the
+// denying rule with the longest retry-after; for an admission, the rule
+// with the fewest remaining.
+func (k *keyRules) report(cost int64, r *Result) {
+	best := ruleReport{i: -1}
+	for i := range k.ps {
+		p, s := &k.ps[i], k.state(i)
+		c := ruleReport{i: i, rem: Remaining(p, s, k.nows[i]), reset: ResetAfter(p, s, k.nows[i])}
+		if !r.Allowed && !r.TooLarge {
+			c.retry = RetryAfter(p, s, k.nows[i], cost, k.ceils[i])
+		}
+		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, k.nows[i]) > p.Burst {
 			r.Excess = true
 		}
-		var better bool
-		switch {
-		case best < 0:
-			better = true
-		case r.TooLarge:
-			better = i == r.Rule
-		case !r.Allowed:
-			better = retry > bestRetry || (retry == bestRetry && rem < bestRemaining)
-		default:
-			better = rem < bestRemaining || (rem == bestRemaining && reset > bestReset)
-		}
-		if better {
-			best, bestRemaining, bestReset, bestRetry = i, rem, reset, retry
+		if best.i < 0 || r.prefers(c, best) {
+			best = c
 		}
 	}
-	if best >= 0 {
-		if !r.TooLarge {
-			r.Rule = best
-		}
-		p := &ps[r.Rule]
-		r.Limit = p.Limit
-		if r.Rule == best {
-			r.Remaining, r.ResetAfter, r.RetryAfter = bestRemaining, bestReset, bestRetry
-		} else {
-			s := st[p.Off : p.Off+p.Width]
-			r.Remaining, r.ResetAfter = Remaining(p, s, nows[r.Rule]), ResetAfter(p, s, nows[r.Rule])
-		}
+	if best.i < 0 {
+		return
+	}
+	if !r.TooLarge {
+		r.Rule = best.i
+	}
+	p := &k.ps[r.Rule]
+	r.Limit = p.Limit
+	if r.Rule == best.i {
+		r.Remaining, r.ResetAfter, r.RetryAfter = best.rem, best.reset, best.retry
+	} else {
+		s := k.state(r.Rule)
+		r.Remaining, r.ResetAfter = Remaining(p, s, k.nows[r.Rule]), ResetAfter(p, s, k.nows[r.Rule])
 	}
 	if r.Allowed {
 		r.RetryAfter = 0
 	}
+}
+
+// ruleReport is one rule's numbers after a decision.
+type ruleReport struct {
+	i                 int
+	rem, reset, retry int64
+}
+
+// prefers reports whether rule c decides rather than rule best: the rule
+// too large, else the longest wait of a denial (then the fewest
+// remaining), else the fewest remaining (then the longest reset).
+func (r *Result) prefers(c, best ruleReport) bool {
+	switch {
+	case r.TooLarge:
+		return c.i == r.Rule
+	case !r.Allowed:
+		return c.retry > best.retry || (c.retry == best.retry && c.rem < best.rem)
+	}
+	return c.rem < best.rem || (c.rem == best.rem && c.reset > best.reset)
 }
 
 // Consumption returns how much of its capacity the most constrained rule
