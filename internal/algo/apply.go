@@ -53,54 +53,48 @@ func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, sp
 		apply1(&ps[0], st, now, op, cost, maxDelay, spare&1 != 0, out)
 		return
 	}
-	var k keyRules
-	k.advance(ps, st, now, spare)
+	var t ruleTimes
+	for i := range ps { // every rule to now, with its ceiling
+		p, s := rule(ps, st, i)
+		t.nows[i] = Advance(p, s, now)
+		t.ceils[i] = p.Ceiling(spare&(1<<i) != 0)
+	}
 	*out = Result{Allowed: true}
 	switch op {
 	case OpReset:
 		clear(st)
 	case OpRefund:
-		for i := range k.ps {
-			Refund(&k.ps[i], k.state(i), k.nows[i], cost)
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Refund(p, s, t.nows[i], cost)
 		}
 	case OpPeek, OpCharge, OpAllow:
-		k.check(op, cost, out)
+		check(ps, st, &t, op, cost, out)
 	case OpReserve:
-		k.reserve(cost, maxDelay, out)
+		reserve(ps, st, &t, cost, maxDelay, out)
 	}
-	k.report(cost, out)
+	report(ps, st, &t, cost, out)
 }
 
-// keyRules is one key's rules during a decision: each rule's time (after
-// Advance) and ceiling.
-type keyRules struct {
-	ps    []Params
-	st    []int64
+// ruleTimes holds each rule's time (after Advance) and ceiling during a
+// decision.
+type ruleTimes struct {
 	nows  [MaxRules]int64
 	ceils [MaxRules]int64
 }
 
-// state returns rule i's state words.
-func (k *keyRules) state(i int) []int64 {
-	p := &k.ps[i]
-	return k.st[p.Off : p.Off+p.Width]
-}
-
-// advance brings every rule to now and sets its ceiling.
-func (k *keyRules) advance(ps []Params, st []int64, now int64, spare uint64) {
-	k.ps, k.st = ps, st
-	for i := range ps {
-		k.nows[i] = Advance(&ps[i], k.state(i), now)
-		k.ceils[i] = ps[i].Ceiling(spare&(1<<i) != 0)
-	}
+// rule returns rule i and its state words.
+func rule(ps []Params, st []int64, i int) (*Params, []int64) {
+	p := &ps[i]
+	return p, st[p.Off : p.Off+p.Width]
 }
 
 // check decides a peek, a charge or an allow: admitted if every rule
 // fits, then consumed all or nothing (a charge always; on a denial, only
 // sliding logs that count rejections).
-func (k *keyRules) check(op Op, cost int64, r *Result) {
-	for i := range k.ps {
-		if cost > k.ceils[i] && !r.TooLarge {
+func check(ps []Params, st []int64, t *ruleTimes, op Op, cost int64, r *Result) {
+	for i := range ps {
+		if cost > t.ceils[i] && !r.TooLarge {
 			// Never admissible. A charge is still recorded (clamped)
 			// but reports the rule as too large, not a wait.
 			r.Allowed, r.TooLarge, r.Rule = false, true, i
@@ -108,39 +102,49 @@ func (k *keyRules) check(op Op, cost int64, r *Result) {
 				break
 			}
 		}
-		fit := cost <= k.ceils[i] && Fits(&k.ps[i], k.state(i), k.nows[i], cost, k.ceils[i])
+		p, s := rule(ps, st, i)
+		fit := cost <= t.ceils[i] && Fits(p, s, t.nows[i], cost, t.ceils[i])
 		r.Allowed = r.Allowed && fit
 	}
-	for i := range k.ps {
-		p, s := &k.ps[i], k.state(i)
-		switch {
-		case op == OpCharge:
-			Commit(p, s, k.nows[i], min(cost, p.MaxCeiling()))
-			Clamp(p, s, k.nows[i])
-		case op == OpAllow && r.Allowed, op == OpAllow && !r.TooLarge && p.CountRejected:
-			Commit(p, s, k.nows[i], cost)
+	switch {
+	case op == OpCharge:
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Commit(p, s, t.nows[i], min(cost, p.MaxCeiling()))
+			Clamp(p, s, t.nows[i])
+		}
+	case op == OpAllow && r.Allowed:
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Commit(p, s, t.nows[i], cost)
+		}
+	case op == OpAllow && !r.TooLarge:
+		for i := range ps {
+			if p, s := rule(ps, st, i); p.CountRejected {
+				Commit(p, s, t.nows[i], cost)
+			}
 		}
 	}
 }
 
 // reserve admits against capacity that frees within maxDelay: bucket
 // rules lend it, window rules must fit now.
-func (k *keyRules) reserve(cost, maxDelay int64, r *Result) {
+func reserve(ps []Params, st []int64, t *ruleTimes, cost, maxDelay int64, r *Result) {
 	var longest int64
-	for i := range k.ps {
-		p, s := &k.ps[i], k.state(i)
-		if cost > k.ceils[i] {
+	for i := range ps {
+		p, s := rule(ps, st, i)
+		if cost > t.ceils[i] {
 			r.Allowed, r.TooLarge, r.Rule = false, true, i
 			break
 		}
 		fit, delay := true, int64(0)
 		switch {
 		case p.Kind == LeakyShaper:
-			fit = s[0]+cost*p.Unit <= k.ceils[i]*p.Unit // room in the queue
+			fit = s[0]+cost*p.Unit <= t.ceils[i]*p.Unit // room in the queue
 			delay = QueueDelay(p, s)
-		case Fits(p, s, k.nows[i], cost, k.ceils[i]):
+		case Fits(p, s, t.nows[i], cost, t.ceils[i]):
 		case p.Reservable():
-			delay = RetryAfter(p, s, k.nows[i], cost, k.ceils[i])
+			delay = RetryAfter(p, s, t.nows[i], cost, t.ceils[i])
 		default:
 			fit = false
 		}
@@ -152,8 +156,9 @@ func (k *keyRules) reserve(cost, maxDelay int64, r *Result) {
 	}
 	if r.Allowed {
 		r.Delay = longest
-		for i := range k.ps {
-			Commit(&k.ps[i], k.state(i), k.nows[i], cost)
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Commit(p, s, t.nows[i], cost)
 		}
 	}
 }
@@ -161,18 +166,18 @@ func (k *keyRules) reserve(cost, maxDelay int64, r *Result) {
 // report fills the numbers from the deciding rule: for a denial, the
 // denying rule with the longest retry-after; for an admission, the rule
 // with the fewest remaining.
-func (k *keyRules) report(cost int64, r *Result) {
+func report(ps []Params, st []int64, t *ruleTimes, cost int64, r *Result) {
 	best := ruleReport{i: -1}
-	for i := range k.ps {
-		p, s := &k.ps[i], k.state(i)
-		c := ruleReport{i: i, rem: Remaining(p, s, k.nows[i]), reset: ResetAfter(p, s, k.nows[i])}
+	for i := range ps {
+		p, s := rule(ps, st, i)
+		c := ruleReport{i: i, rem: Remaining(p, s, t.nows[i]), reset: ResetAfter(p, s, t.nows[i])}
 		if !r.Allowed && !r.TooLarge {
-			c.retry = RetryAfter(p, s, k.nows[i], cost, k.ceils[i])
+			c.retry = RetryAfter(p, s, t.nows[i], cost, t.ceils[i])
 		}
-		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, k.nows[i]) > p.Burst {
+		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, t.nows[i]) > p.Burst {
 			r.Excess = true
 		}
-		if best.i < 0 || r.prefers(c, best) {
+		if best.i < 0 || r.prefers(&c, &best) {
 			best = c
 		}
 	}
@@ -182,13 +187,12 @@ func (k *keyRules) report(cost int64, r *Result) {
 	if !r.TooLarge {
 		r.Rule = best.i
 	}
-	p := &k.ps[r.Rule]
-	r.Limit = p.Limit
+	r.Limit = ps[r.Rule].Limit
 	if r.Rule == best.i {
 		r.Remaining, r.ResetAfter, r.RetryAfter = best.rem, best.reset, best.retry
-	} else {
-		s := k.state(r.Rule)
-		r.Remaining, r.ResetAfter = Remaining(p, s, k.nows[r.Rule]), ResetAfter(p, s, k.nows[r.Rule])
+	} else { // a rule too large, not the one that would wait longest
+		p, s := rule(ps, st, r.Rule)
+		r.Remaining, r.ResetAfter = Remaining(p, s, t.nows[r.Rule]), ResetAfter(p, s, t.nows[r.Rule])
 	}
 	if r.Allowed {
 		r.RetryAfter = 0
@@ -204,7 +208,7 @@ type ruleReport struct {
 // prefers reports whether rule c decides rather than rule best: the rule
 // too large, else the longest wait of a denial (then the fewest
 // remaining), else the fewest remaining (then the longest reset).
-func (r *Result) prefers(c, best ruleReport) bool {
+func (r *Result) prefers(c, best *ruleReport) bool {
 	switch {
 	case r.TooLarge:
 		return c.i == r.Rule

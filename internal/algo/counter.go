@@ -6,6 +6,13 @@ package algo
 // current + floor(previous * (P - elapsed) / P).
 
 func counterAdvance(p *Params, s []int64, now int64) int64 {
+	if s[0] <= now && now-s[0] < p.Period { // the state's window: inlined
+		return now
+	}
+	return counterRoll(p, s, now)
+}
+
+func counterRoll(p *Params, s []int64, now int64) int64 {
 	ws := s[0]
 	if now < s[0] || now-s[0] >= p.Period {
 		ws = floorDiv(now, p.Period) * p.Period
