@@ -69,6 +69,11 @@ type Options struct {
 	// to the clients).
 	NoRateLimitHeaders bool
 	Metrics            *Metrics // may be nil
+	// AdminTimeout bounds an admin call's work on the stores (the
+	// overrides store, the rate-limit store): when one does not answer in
+	// time the call gets 503 instead of waiting as long as its client does
+	// (default DefaultAdminTimeout).
+	AdminTimeout time.Duration
 	// Logger receives warnings, such as failed override lookups (default
 	// slog.Default()).
 	Logger *slog.Logger

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
@@ -136,7 +137,7 @@ var httpTimeouts = serverTimeouts{
 }
 
 func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
-	service.SetGCFloor(service.DefaultGCFloor) // unless GOGC is set
+	gcfloor.Set(gcfloor.Default) // unless GOGC is set
 	if err := c.prepare(log); err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/floodgate/floodgate/service"
+	"github.com/floodgate/floodgate/internal/gcfloor"
 )
 
 const usageText = `usage: floodgate bench --addr HOST:PORT [flags]
@@ -229,7 +229,7 @@ func serveEmpty(ctx context.Context, addr string, stock bool, stderr io.Writer) 
 	}
 	s, kind := StockEmptyServer(lis), "stock "
 	if !stock {
-		service.SetGCFloor(service.DefaultGCFloor) // as `floodgate serve` runs
+		gcfloor.Set(gcfloor.Default) // as `floodgate serve` runs
 		s, kind = EmptyServer(lis), ""
 	}
 	fmt.Fprintf(stderr, "floodgate bench: %sempty RateLimitService on %s (pid %d); interrupt to stop\n", kind, lis.Addr(), os.Getpid())
