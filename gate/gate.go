@@ -19,12 +19,14 @@ import (
 	"net/http"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -168,6 +170,10 @@ type Config struct {
 	ClientIP ClientIP
 	// Rules resolves limits that name a Domain.
 	Rules *rules.Config
+	// Overrides gives keys of a Rules domain their own limits, as it does
+	// in floodgate serve (overrides.Lookup adapts an overrides.Store); nil:
+	// none.
+	Overrides Overrides
 	// Remote, when set, asks a rate limit service instead of the store.
 	Remote *Remote
 	// User returns the authenticated user for the User part (default:
@@ -186,6 +192,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Overrides finds per-key overrides of a rules file's limits.
+type Overrides = decide.Overrides
+
 // Gate decides requests against a set of limits. It is safe for
 // concurrent use.
 type Gate struct {
@@ -195,6 +204,7 @@ type Gate struct {
 	store   floodgate.Store
 	clock   floodgate.Clock
 	ownsMem *memstore.Store
+	dec     *decide.Decider // a rules file's limits
 	lastLog atomic.Int64
 	split   atomic.Bool // a request's limits took several calls (logged once)
 }
@@ -243,6 +253,7 @@ func New(cfg Config) (*Gate, error) {
 		g.cfg.Logger = slog.Default()
 	}
 	g.cfg.ClientIP.normalize()
+	g.dec = decide.New(decide.Options{Overrides: cfg.Overrides, Logger: g.cfg.Logger})
 	if g.store == nil && cfg.Remote == nil {
 		ms, err := memstore.New(memstore.Options{Clock: g.clock})
 		if err != nil {
@@ -577,9 +588,10 @@ func (g *Gate) clientAddr(r *Request) netip.Addr {
 	return r.client
 }
 
-// value returns a part's value for r; ok is false when the part is absent
-// and its fallback skips the limit.
-func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool) {
+// value appends a part's value for r to buf, bounded and escaped (raw:
+// as it is); ok is false when the part is absent and its fallback skips
+// the limit.
+func (g *Gate) value(r *Request, p *compiledPart, buf []byte, raw bool) (v []byte, ok bool) {
 	var s string
 	found := true
 	switch p.Kind {
@@ -588,7 +600,7 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 	case PartIP:
 		return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
 	case PartConst:
-		return appendValue(buf, p.Name), true
+		return appendPart(buf, p.Name, raw), true
 	case PartHeader:
 		vs := r.headerValues(p.canon, p.lower)
 		found = len(vs) > 0 && vs[0] != ""
@@ -638,7 +650,7 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 		}
 	}
 	if found {
-		return appendValue(buf, s), true
+		return appendPart(buf, s, raw), true
 	}
 	switch p.Missing {
 	case MissingShared:
@@ -667,6 +679,7 @@ type Outcome struct {
 	Over bool
 
 	l      *limit
+	ents   []rules.Entry // the descriptor entries of a limit without a Policy
 	policy *floodgate.Policy
 	skey   string // the store's key
 	name   string // the rule's name as a structured-field string
@@ -685,10 +698,15 @@ func (o *Outcome) Decided() bool {
 }
 
 // shadow reports whether the outcome's limit never refuses: a Shadow
-// action, or a rule in shadow mode.
+// action, or a rule in shadow mode or quota mode (admitted over its
+// quota).
 func (o *Outcome) shadow() bool {
-	return o.l.Action == Shadow || o.ruleLm != nil && o.ruleLm.ShadowMode
+	return o.l.Action == Shadow || o.ruleLm != nil && (o.ruleLm.ShadowMode || o.ruleLm.QuotaMode)
 }
+
+// quota reports whether the outcome's limit is a rule in quota mode,
+// which the headers do not describe (as the service's do not).
+func (o *Outcome) quota() bool { return o.ruleLm != nil && o.ruleLm.QuotaMode }
 
 // Verdict is what the gate decided for a request.
 type Verdict struct {
@@ -713,6 +731,18 @@ type Verdict struct {
 	RemoteHeaders [][2]string
 
 	buf [4]Outcome
+	rs  *rulesScratch // the rules-file outcomes' plan, kept for the next request
+}
+
+// rulesScratch is what a verdict keeps of its rules-file outcomes' plan:
+// res[i] is outcome i's result, its Op an index of ops (the decider's
+// operations) until local places it.
+type rulesScratch struct {
+	res   []decide.Result
+	ops   []floodgate.Op
+	descs []decide.Descriptor
+	chunk []decide.Result
+	idx   []int
 }
 
 // StoreUnavailable reports whether the request was refused because the
@@ -793,13 +823,17 @@ func (g *Gate) consider(r *Request, v *Verdict, l *limit, host, path string) {
 			}
 		}
 	}
+	if l.Policy == nil {
+		g.considerEntries(r, v, l)
+		return
+	}
 	var kb [128]byte
 	key, ok := kb[:0], true
 	for i := range l.parts {
 		if i > 0 {
 			key = append(key, '|')
 		}
-		if key, ok = g.value(r, &l.parts[i], key); !ok {
+		if key, ok = g.value(r, &l.parts[i], key, false); !ok {
 			return
 		}
 	}
@@ -809,12 +843,51 @@ func (g *Gate) consider(r *Request, v *Verdict, l *limit, host, path string) {
 	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, op: -1, banOp: -1, thrOp: -1})
 }
 
+// considerEntries is consider for a limit decided by descriptor entries
+// (a rules file's, or a remote service's): the parts' values, as they
+// are, are the entries (the decider bounds their store key), and the
+// outcome's Key joins them as any limit's does.
+func (g *Gate) considerEntries(r *Request, v *Verdict, l *limit) {
+	var vb [128]byte
+	var ends [maxKeyParts]int
+	vals, ok := vb[:0], true
+	for i := range l.parts {
+		if vals, ok = g.value(r, &l.parts[i], vals, true); !ok {
+			return
+		}
+		ends[i] = len(vals)
+	}
+	all := string(vals)
+	ents := make([]rules.Entry, len(l.parts))
+	var kb [128]byte
+	key := kb[:0]
+	for i, start := 0, 0; i < len(l.parts); i++ {
+		ents[i] = rules.Entry{Key: l.parts[i].entry, Value: all[start:ends[i]]}
+		if i > 0 {
+			key = append(key, '|')
+		}
+		key = appendValue(key, ents[i].Value)
+		start = ends[i]
+	}
+	if l.exempt != nil && l.exempt[string(key)] {
+		return
+	}
+	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, ents: ents, op: -1, banOp: -1, thrOp: -1})
+}
+
+// entries returns the descriptor entries of an outcome whose limit has no
+// Policy (a rules file's or a remote service's): its parts' values as the
+// request gave them.
+func (o *Outcome) entries() []rules.Entry { return o.ents }
+
 // local decides the outcomes on the store: in one call of at most maxOps
 // operations, or, for a request matching more limits, in as many as it
 // takes (see Config).
 func (g *Gate) local(ctx context.Context, v *Verdict) {
 	// What each outcome asks of the store: o.op opPending for a decision
 	// (and a ban's two operations), -1 for none.
+	now := g.clock.NowMicro()
+	g.planRules(ctx, v, now)
 	nops := 0
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
@@ -826,24 +899,18 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			continue
 		}
 		if l.Policy == nil {
-			// A rules domain decides: the parts are descriptor entries.
-			entries := make([]rules.Entry, len(l.parts))
-			vals := splitKey(o.Key, len(l.parts))
-			for j := range l.parts {
-				entries[j] = rules.Entry{Key: l.parts[j].entry, Value: unescape(vals[j])}
+			// A rules domain decides, through the decider.
+			r := &v.rs.res[i]
+			if !r.Decided() {
+				continue // no limit, unlimited, or replaced
 			}
-			m := g.cfg.Rules.Match(l.Domain, entries)
-			if m == nil || m.Limit.Unlimited {
+			o.ruleLm, o.name = r.Limit, sfName(r.Limit.Name)
+			if r.Op < 0 { // blocked: decided already
+				o.Decision = r.Decision
 				continue
 			}
-			o.ruleLm = m.Limit
-			if m.Limit.Blocked {
-				o.Decision = floodgate.Decision{Allowed: false, Rule: m.Limit.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
-				continue
-			}
-			// The service's key: serve and proxy share state.
-			o.policy, o.skey = m.Limit.Policy, l.Domain+"\x00"+m.Key
-			o.name = sfName(m.Limit.Name)
+			op := &v.rs.ops[r.Op]
+			o.policy, o.skey = op.Policy, op.Key
 		}
 		o.op = opPending
 		nops += opsOf(o)
@@ -909,7 +976,6 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	var one [1]floodgate.Decision
 	var decs []floodgate.Decision
 	var err error
-	now := g.clock.NowMicro()
 	switch len(ops) {
 	case 0:
 	case 1:
@@ -944,6 +1010,13 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		l := o.l
 		if o.op >= 0 {
 			o.Decision = decs[o.op]
+			if o.ents != nil {
+				// the decider reads its limit's decision (quota_mode)
+				r := &v.rs.res[i]
+				r.Op = o.op
+				g.dec.Finish(now, v.rs.res[i:i+1], decs)
+				o.Decision = r.Decision
+			}
 		}
 		if o.banOp >= 0 {
 			marker, thr := &decs[o.banOp], &decs[o.thrOp]
@@ -1020,6 +1093,59 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			return
 		}
 		v.Delayed = wait
+	}
+}
+
+// planRules plans the outcomes of the limits that name a Domain through
+// the decider: one plan per domain (a request's descriptors of one domain
+// together, as serve takes them, so that replaces applies among them),
+// the blocked limits decided. v.rs.res[i] is outcome i's result.
+func (g *Gate) planRules(ctx context.Context, v *Verdict, now int64) {
+	if v.rs == nil {
+		v.rs = new(rulesScratch)
+	}
+	rs := v.rs
+	rs.ops, rs.idx = rs.ops[:0], rs.idx[:0]
+	for i := range v.Outcomes {
+		if o := &v.Outcomes[i]; o.l.Policy == nil && !o.l.Blocked {
+			rs.idx = append(rs.idx, i)
+		}
+	}
+	if len(rs.idx) == 0 {
+		return
+	}
+	rs.res = slices.Grow(rs.res[:0], len(v.Outcomes))[:len(v.Outcomes)]
+	for i := range rs.res {
+		rs.res[i] = decide.Result{Op: -1}
+	}
+	for len(rs.idx) > 0 {
+		// the first domain's outcomes, at most a request's descriptors
+		dom, rest, n := v.Outcomes[rs.idx[0]].l.Domain, rs.idx[:0], 0
+		rs.descs = rs.descs[:0]
+		for _, i := range rs.idx {
+			if o := &v.Outcomes[i]; o.l.Domain == dom && n < decide.MaxDescriptors {
+				rs.descs = append(rs.descs, decide.Descriptor{Entries: o.ents, Hits: o.l.Cost})
+				n++
+			}
+		}
+		rs.chunk = slices.Grow(rs.chunk[:0], n)[:n]
+		var err error
+		if rs.ops, err = g.dec.Plan(ctx, g.cfg.Rules, dom, rs.descs, rs.chunk, rs.ops); err != nil {
+			g.logf("floodgate: a rules-file limit's descriptor is refused; it does not apply", "err", err)
+		}
+		g.dec.Finish(now, rs.chunk, nil) // the blocked ones
+		k := 0
+		for _, i := range rs.idx {
+			if o := &v.Outcomes[i]; o.l.Domain == dom && k < n {
+				if err == nil {
+					rs.res[i] = rs.chunk[k]
+				}
+				k++
+				continue
+			}
+			rest = append(rest, i)
+		}
+		rs.idx = rest
 	}
 }
 
@@ -1157,7 +1283,7 @@ func deciding(os []Outcome) *Outcome {
 	var best *Outcome
 	for i := range os {
 		o := &os[i]
-		if !o.Decided() {
+		if !o.Decided() || o.quota() {
 			continue
 		}
 		switch {
@@ -1176,35 +1302,6 @@ func deciding(os []Outcome) *Outcome {
 		}
 	}
 	return best
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) {
-			hi, lo := unhex(s[i+1]), unhex(s[i+2])
-			if hi >= 0 && lo >= 0 {
-				b.WriteByte(byte(hi<<4 | lo))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func unhex(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'A' && c <= 'F':
-		return int(c - 'A' + 10)
-	}
-	return -1
 }
 
 // logf logs at most one line a second.

@@ -207,6 +207,15 @@ func appendValueHash(dst []byte, v string) []byte {
 	return hex.AppendEncode(dst, sum[:8])
 }
 
+// appendPart appends a part's value: bounded and escaped (appendValue),
+// or, raw, as it is.
+func appendPart(dst []byte, v string, raw bool) []byte {
+	if raw {
+		return append(dst, v...)
+	}
+	return appendValue(dst, v)
+}
+
 func appendEscaped(dst []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
@@ -217,15 +226,6 @@ func appendEscaped(dst []byte, v string) []byte {
 		}
 	}
 	return dst
-}
-
-// boundedValue is v bounded as appendValue bounds it, unescaped (for
-// descriptor entries).
-func boundedValue(v string) string {
-	if len(v) > MaxValue {
-		return string(appendValueHash([]byte(v[:MaxValue-17]+"~"), v))
-	}
-	return v
 }
 
 // headerValues returns a header's values from an HTTP request or gRPC

@@ -116,10 +116,10 @@ func (g *Gate) remoteCall(ctx context.Context, outcomes []Outcome) (*rlsv3.RateL
 	req := &rlsv3.RateLimitRequest{Domain: rc.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, len(outcomes))}
 	for i := range outcomes {
 		o := &outcomes[i]
-		d := &rlcommon.RateLimitDescriptor{Entries: make([]*rlcommon.RateLimitDescriptor_Entry, len(o.l.parts))}
-		vals := splitKey(o.Key, len(o.l.parts))
-		for j := range o.l.parts {
-			d.Entries[j] = &rlcommon.RateLimitDescriptor_Entry{Key: o.l.parts[j].entry, Value: unescape(vals[j])}
+		es := o.entries()
+		d := &rlcommon.RateLimitDescriptor{Entries: make([]*rlcommon.RateLimitDescriptor_Entry, len(es))}
+		for j, e := range es {
+			d.Entries[j] = &rlcommon.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
 		}
 		if o.l.Cost != 1 {
 			d.HitsAddend = wrapperspb.UInt64(uint64(o.l.Cost))
@@ -138,31 +138,4 @@ func (g *Gate) remoteCall(ctx context.Context, outcomes []Outcome) (*rlsv3.RateL
 		err = errors.New("gate: the rate limit service answered a different number of statuses")
 	}
 	return resp, err
-}
-
-// splitKey splits a key into its n escaped parts.
-func splitKey(key string, n int) []string {
-	out := make([]string, 0, n)
-	for i := 0; i < n-1; i++ {
-		j := indexByte(key, '|')
-		if j < 0 {
-			break
-		}
-		out = append(out, key[:j])
-		key = key[j+1:]
-	}
-	out = append(out, key)
-	for len(out) < n {
-		out = append(out, "")
-	}
-	return out
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }

@@ -649,7 +649,7 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 		return
 	}
 	key := decide.BoundKey(m.Key) // as decisions store it
-	if m.Limit.Blocked {   // requests_per_unit 0: nothing is counted, everything refused
+	if m.Limit.Blocked {          // requests_per_unit 0: nothing is counted, everything refused
 		writeJSON(w, map[string]any{"limit": m.Limit.Name, "key": key, "allowed": false, "remaining": 0, "blocked": true})
 		return
 	}

@@ -152,7 +152,6 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	// The store, and where overrides live.
 	var (
 		store    floodgate.Store
-		ovr      overrides.Store
 		ready    service.Readiness
 		closeFns []func() error
 	)
@@ -161,22 +160,10 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	store, ready, closeFns = st.store, st.ready, append(closeFns, st.close)
-	if st.redis == nil {
-		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, "overrides.db"))
-		if err != nil {
-			return err
-		}
-		ovr = b
-	} else {
-		ovr = overrides.NewRedis(st.redis.Client(), "floodgate-overrides")
+	cache, err := c.openOverrides(st, "overrides.db")
+	if err != nil {
+		return err
 	}
-	// Over Redis, other instances' changes arrive by pub/sub; the TTL is a
-	// backstop. Bolt is written only through this cache: no TTL needed.
-	ttl := time.Duration(0)
-	if _, onRedis := ovr.(*overrides.Redis); onRedis {
-		ttl = 30 * time.Second
-	}
-	cache := overrides.NewCache(ovr, 1<<16, ttl)
 	closeFns = append(closeFns, cache.Close) // closes the store under it too
 
 	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
@@ -541,4 +528,27 @@ func listenAddr(addr string) (net.Listener, error) {
 		}
 	}
 	return net.Listen("unix", path)
+}
+
+// openOverrides opens where overrides live, behind a cache (which closes
+// the store under it): with a Redis store, on that Redis, shared by every
+// serve and proxy on it; else a Bolt file of the data directory.
+func (c *commonConfig) openOverrides(st *openedStore, boltFile string) (*overrides.Cache, error) {
+	var ovr overrides.Store
+	if st.redis == nil {
+		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, boltFile))
+		if err != nil {
+			return nil, err
+		}
+		ovr = b
+	} else {
+		ovr = overrides.NewRedis(st.redis.Client(), "floodgate-overrides")
+	}
+	// Over Redis, other instances' changes arrive by pub/sub; the TTL is a
+	// backstop. Bolt is written only through this cache: no TTL needed.
+	ttl := time.Duration(0)
+	if _, onRedis := ovr.(*overrides.Redis); onRedis {
+		ttl = 30 * time.Second
+	}
+	return overrides.NewCache(ovr, 1<<16, ttl), nil
 }

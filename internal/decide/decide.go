@@ -325,14 +325,16 @@ func Refusing(res []Result) bool {
 }
 
 // Finish sets each result's Decision, Wait and Code from decs (decs[i]
-// is the decision of the caller's ops[i]) at now (Unix µs).
+// is the decision of the caller's ops[i]; a caller that moves an
+// operation sets Op to its new index) at now (Unix µs). With decs nil,
+// it finishes the blocked limits alone, which the store does not decide.
 func (d *Decider) Finish(now int64, res []Result, decs []floodgate.Decision) {
 	for i := range res {
 		r := &res[i]
 		switch {
 		case r.blockedHere():
 			finishBlocked(now, r)
-		case r.Op >= 0:
+		case r.Op >= 0 && decs != nil:
 			finishDecided(now, r, &decs[r.Op])
 		}
 	}
