@@ -144,53 +144,74 @@ func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitReques
 
 // Decide answers a request; errors wrapping errBadRequest are the caller's.
 func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	// Most requests carry a descriptor or two: keep them off the heap.
-	var descBuf [4]decide.Descriptor
-	var resBuf [4]decide.Result
-	var entryBuf [8]rules.Entry
 	if err := decide.CheckRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
 		return nil, err
 	}
 	cfg := s.rules.Load()
-	descs := s.descriptors(cfg, req, descBuf[:0], entryBuf[:0])
-	res := resBuf[:0]
-	if len(descs) > len(resBuf) {
-		res = make([]decide.Result, 0, len(descs))
+	n := len(req.Descriptors)
+	// Most requests carry a descriptor or two: keep them off the heap.
+	// (The entries stay there only if no descriptor is stored anywhere
+	// else, so the many get code of their own.)
+	var descBuf [4]decide.Descriptor
+	var resBuf [4]decide.Result
+	var entryBuf [8]rules.Entry
+	if n > len(descBuf) {
+		return s.decideMany(ctx, cfg, req)
 	}
-	res = res[:len(descs)]
+	entries := entryBuf[:0]
+	for i, d := range req.Descriptors {
+		start := len(entries)
+		entries = appendEntries(entries, d)
+		descBuf[i] = s.descriptor(cfg, req, d, entries[start:len(entries):len(entries)]) // (into a slice, it would move them to the heap)
+	}
+	return s.decide(ctx, cfg, req, descBuf[:n], resBuf[:n])
+}
+
+// decideMany is Decide for a request of many descriptors.
+func (s *Service) decideMany(ctx context.Context, cfg *rules.Config, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	descs := make([]decide.Descriptor, len(req.Descriptors))
+	var entries []rules.Entry
+	for i, d := range req.Descriptors {
+		start := len(entries)
+		entries = appendEntries(entries, d)
+		descs[i] = s.descriptor(cfg, req, d, entries[start:len(entries):len(entries)])
+	}
+	return s.decide(ctx, cfg, req, descs, make([]decide.Result, len(descs)))
+}
+
+// decide decides descs (req's) into res, and answers.
+func (s *Service) decide(ctx context.Context, cfg *rules.Config, req *rlsv3.RateLimitRequest, descs []decide.Descriptor, res []decide.Result) (*rlsv3.RateLimitResponse, error) {
 	if err := s.dec.Decide(ctx, s.opts.Store, s.opts.Clock, cfg, req.Domain, descs, res); err != nil {
 		return nil, err
 	}
 	return s.respond(req, res), nil
 }
 
-// descriptors is req's descriptors as the decider takes them, appended to
-// descs, their entries to entries.
-func (s *Service) descriptors(cfg *rules.Config, req *rlsv3.RateLimitRequest, descs []decide.Descriptor, entries []rules.Entry) []decide.Descriptor {
-	hits := int64(req.HitsAddend)
-	if hits == 0 {
-		hits = 1
+// appendEntries appends d's entries.
+func appendEntries(entries []rules.Entry, d *rlcommon.RateLimitDescriptor) []rules.Entry {
+	for _, e := range d.GetEntries() {
+		// A value of any length is limited (it comes from the client,
+		// say a header: refusing the request would let it through where
+		// Envoy fails open); the decider keeps its store key short.
+		entries = append(entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
-	own := s.opts.AllowRequestLimits && cfg.Domain(req.Domain) != nil
-	for _, d := range req.Descriptors {
-		start := len(entries)
-		for _, e := range d.GetEntries() {
-			// A value of any length is limited (it comes from the client,
-			// say a header: refusing the request would let it through
-			// where Envoy fails open); the decider keeps its store key short.
-			entries = append(entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
-		}
-		desc := decide.Descriptor{Entries: entries[start:len(entries):len(entries)], Hits: hits, Refund: d.GetIsNegativeHits()}
-		if d.GetHitsAddend() != nil {
-			// 0 checks without consuming; too many counts as MaxHits
-			desc.Hits = int64(min(d.HitsAddend.Value, MaxHits))
-		}
-		if own && d.GetLimit() != nil {
-			desc.Own = ownLimit(d.Limit)
-		}
-		descs = append(descs, desc)
+	return entries
+}
+
+// descriptor is d (of req) as the decider takes it, its entries es.
+func (s *Service) descriptor(cfg *rules.Config, req *rlsv3.RateLimitRequest, d *rlcommon.RateLimitDescriptor, es []rules.Entry) decide.Descriptor {
+	desc := decide.Descriptor{Entries: es, Hits: int64(req.HitsAddend), Refund: d.GetIsNegativeHits()}
+	if desc.Hits == 0 {
+		desc.Hits = 1
 	}
-	return descs
+	if d.GetHitsAddend() != nil {
+		// 0 checks without consuming; too many counts as MaxHits
+		desc.Hits = int64(min(d.HitsAddend.Value, MaxHits))
+	}
+	if d.GetLimit() != nil && s.opts.AllowRequestLimits && cfg.Domain(req.Domain) != nil {
+		desc.Own = ownLimit(d.Limit)
+	}
+	return desc
 }
 
 var unitNames = map[typev3.RateLimitUnit]time.Duration{
