@@ -235,7 +235,7 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 	var violations []int // descriptors over their quota in quota mode
 	for i := range res {
 		r := &res[i]
-		st := s.status(req, i, r, &parts[i])
+		st, ph := s.status(req, i, r, &parts[i])
 		resp.Statuses[i] = st
 		switch r.Code {
 		case decide.Over:
@@ -247,7 +247,7 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 		if r.Enforced() {
 			// the headers speak of the limits that are enforced, and of
 			// the same wait as the status
-			hdr.add(s.headerOf(r), &r.Decision, r.Code == decide.Over)
+			hdr.add(ph, &r.Decision, r.Code == decide.Over)
 		}
 	}
 	if !s.opts.NoRateLimitHeaders || s.opts.XRateLimitHeaders {
@@ -258,29 +258,30 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 }
 
 // status fills descriptor i's status in p from its result, and counts it
-// in the metrics.
-func (s *Service) status(req *rlsv3.RateLimitRequest, i int, r *decide.Result, p *respPart) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &p.status
+// in the metrics; ph is what the headers say of a decided result.
+func (s *Service) status(req *rlsv3.RateLimitRequest, i int, r *decide.Result, p *respPart) (st *rlsv3.RateLimitResponse_DescriptorStatus, ph *policyHeader) {
+	st = &p.status
 	st.Code = rlsv3.RateLimitResponse_OK
 	if !r.Decided() {
 		if r.Limit != nil && r.Limit.Unlimited && !r.Own && !r.Replaced {
 			st.LimitRemaining = math.MaxUint32 // as envoyproxy/ratelimit says it
 		}
-		return st
+		return st, nil
 	}
-	var ph *policyHeader
+	ph = s.headerOf(r)
 	if r.Op >= 0 {
-		ph = s.headerOf(r)
 		st.LimitRemaining = uint32(min(max(r.Decision.Remaining, 0), math.MaxUint32))
+		st.CurrentLimit = currentLimit(&p.limit, r, req.Descriptors[i].GetLimit(), ph)
+	} else { // blocked
+		st.CurrentLimit = currentLimit(&p.limit, r, req.Descriptors[i].GetLimit(), nil)
 	}
-	st.CurrentLimit = currentLimit(&p.limit, r, req.Descriptors[i].GetLimit(), ph)
 	if r.Op >= 0 || r.Wait > 0 {
 		st.DurationUntilReset = setDuration(&p.duration, r.Wait)
 	}
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.observeDecision(req.Domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
 	}
-	return st
+	return st, ph
 }
 
 // headerOf is what the headers say of a decided result: its policy's, or,

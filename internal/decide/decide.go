@@ -363,10 +363,12 @@ func finishDecided(now int64, r *Result, dec *floodgate.Decision) {
 	if !dec.Allowed && dec.RetryAfter > 0 {
 		wait = dec.RetryAfter // else no wait helps (hits over the whole limit)
 	}
-	if ri := ruleOf(r.Policy, dec.Rule); wait <= 0 && ri.fixed {
-		// nothing counted yet, or no wait helps: a fixed window still
-		// says when it ends, as envoyproxy/ratelimit does
-		wait = windowLeft(now, ri.period)
+	if wait <= 0 {
+		if ri := ruleOf(r.Policy, dec.Rule); ri.fixed {
+			// nothing counted yet, or no wait helps: a fixed window
+			// still says when it ends, as envoyproxy/ratelimit does
+			wait = windowLeft(now, ri.period)
+		}
 	}
 	r.Wait = wait
 	if dec.Allowed {
