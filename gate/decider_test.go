@@ -55,7 +55,7 @@ func (m mapOverrides) Get(ctx context.Context, domain, key string) (overrides.Ov
 	o, ok := m[domain+"/"+key]
 	return o, ok, nil
 }
-func (m mapOverrides) Put(context.Context, overrides.Override) error         { return nil }
+func (m mapOverrides) Put(context.Context, overrides.Override) error        { return nil }
 func (m mapOverrides) Delete(context.Context, string, string) (bool, error) { return false, nil }
 func (m mapOverrides) List(context.Context, string, string, int) ([]overrides.Override, error) {
 	return nil, nil
