@@ -970,9 +970,41 @@ func (o *Outcome) entries() []rules.Entry { return o.ents }
 // operations, or, for a request matching more limits, in as many as it
 // takes (see Config).
 func (g *Gate) local(ctx context.Context, v *Verdict) {
-	// What each outcome asks of the store: o.op opPending for a decision
-	// (and a ban's two operations), -1 for none.
 	now := g.clock.NowMicro()
+	nops := g.resolve(ctx, v, now)
+	var opBuf [4]floodgate.Op
+	var callBuf [1]opCall
+	ops, calls := opBuf[:0], callBuf[:0]
+	if nops > len(opBuf) {
+		ops = make([]floodgate.Op, 0, nops)
+	}
+	ops, calls = g.layOut(v, ops, calls)
+	var one [1]floodgate.Decision
+	decs, err := g.call(ctx, now, v, ops, calls, one[:])
+	if err != nil {
+		v.Err = err
+		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)
+		g.storeFailed(v, false)
+		return
+	}
+	g.apply(ctx, now, v, ops, decs)
+	if !v.Allowed {
+		// All or nothing: give back what the admitted limits took (a group
+		// refused took nothing; one admitted did, if a ban, a blocked rule,
+		// a delay or another call's group refuses the request).
+		g.refund(ctx, now, ops, v.Outcomes, calls, decs)
+	}
+	v.Deciding = deciding(v.Outcomes)
+	if v.Allowed {
+		g.delay(ctx, v, ops)
+	}
+}
+
+// resolve sets what each outcome asks of the store: its policy and key
+// (a rules file's, through the decider), o.op opPending for a decision
+// (and a ban's two operations), -1 for none; a blocked limit is decided
+// here. It returns how many operations the outcomes take.
+func (g *Gate) resolve(ctx context.Context, v *Verdict, now int64) int {
 	g.planRules(ctx, v, now)
 	nops := 0
 	for i := range v.Outcomes {
@@ -1001,16 +1033,14 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		o.op = opPending
 		nops += opsOf(o)
 	}
-	// The operations, call by call: the outcomes in order, as many as fit
-	// in maxOps; in each call the all-or-nothing members (the decisions
-	// that can refuse) come last, side by side, as a Redis batch needs a
-	// group's members to be.
-	var opBuf [4]floodgate.Op
-	var callBuf [1]opCall
-	ops, calls := opBuf[:0], callBuf[:0]
-	if nops > len(opBuf) {
-		ops = make([]floodgate.Op, 0, nops)
-	}
+	return nops
+}
+
+// layOut appends the operations to ops, call by call: the outcomes in
+// order, as many as fit in maxOps; in each call the all-or-nothing
+// members (the decisions that can refuse) come last, side by side, as a
+// Redis batch needs a group's members to be.
+func (g *Gate) layOut(v *Verdict, ops []floodgate.Op, calls []opCall) ([]floodgate.Op, []opCall) {
 	for i := 0; i < len(v.Outcomes); {
 		j, n := i, 0
 		for ; j < len(v.Outcomes); j++ {
@@ -1022,24 +1052,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		c := opCall{start: len(ops)}
 		for k := i; k < j; k++ {
-			o := &v.Outcomes[k]
-			if o.op != opPending {
-				continue
-			}
-			l := o.l
-			if l.banMarker != nil {
-				o.banOp = len(ops)
-				ops = append(ops, l.banMarker.Op(floodgate.OpPeek, o.skey, l.banBurst, 0))
-				o.thrOp = len(ops)
-				ops = append(ops, l.banThresh.Op(floodgate.OpCharge, o.skey, 1, 0))
-			}
-			switch {
-			case l.Action == Delay:
-				o.op = len(ops)
-				ops = append(ops, o.policy.Op(floodgate.OpReserve, o.skey, l.Cost, l.MaxDelay))
-			case o.shadow():
-				o.op = len(ops)
-				ops = append(ops, o.policy.Op(floodgate.OpAllow, o.skey, l.Cost, 0))
+			if o := &v.Outcomes[k]; o.op == opPending {
+				ops = appendOthers(ops, o)
 			}
 		}
 		c.members = len(ops)
@@ -1059,41 +1073,65 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		g.cfg.Logger.Warn("floodgate: a request matched more limits than one store call takes; they are decided in several calls, each atomic, all or nothing across them by giving back (logged once)",
 			"limits", len(v.Outcomes), "calls", len(calls))
 	}
-	var one [1]floodgate.Decision
-	var decs []floodgate.Decision
-	var err error
+	return ops, calls
+}
+
+// appendOthers appends an outcome's operations that are no group's
+// members: a ban's marker peek and threshold charge, and a decision that
+// cannot refuse the request (a delay's reservation, a shadow limit's).
+func appendOthers(ops []floodgate.Op, o *Outcome) []floodgate.Op {
+	l := o.l
+	if l.banMarker != nil {
+		o.banOp = len(ops)
+		ops = append(ops, l.banMarker.Op(floodgate.OpPeek, o.skey, l.banBurst, 0))
+		o.thrOp = len(ops)
+		ops = append(ops, l.banThresh.Op(floodgate.OpCharge, o.skey, 1, 0))
+	}
+	switch {
+	case l.Action == Delay:
+		o.op = len(ops)
+		ops = append(ops, o.policy.Op(floodgate.OpReserve, o.skey, l.Cost, l.MaxDelay))
+	case o.shadow():
+		o.op = len(ops)
+		ops = append(ops, o.policy.Op(floodgate.OpAllow, o.skey, l.Cost, 0))
+	}
+	return ops
+}
+
+// call makes the store calls, returning ops[i]'s decision in decs[i]
+// (one, for a single operation, is the caller's buffer).
+func (g *Gate) call(ctx context.Context, now int64, v *Verdict, ops []floodgate.Op, calls []opCall, one []floodgate.Decision) ([]floodgate.Decision, error) {
 	switch len(ops) {
 	case 0:
+		return nil, nil
 	case 1:
+		var err error
 		one[0], err = g.store.Do(ctx, now, ops[0])
-		decs = one[:]
-	default:
-		// The store keeps neither slice, but escape analysis cannot see
-		// through the interface: give it heap copies.
-		batch, out := make([]floodgate.Op, len(ops)), make([]floodgate.Decision, len(ops))
-		copy(batch, ops)
-		for ci := range calls {
-			if err = g.decide(ctx, now, batch, out, &calls[ci]); err != nil {
-				// The store failed: what the earlier calls took stands if
-				// the request passes, and is given back if it does not.
-				if g.cfg.FailClosed {
-					g.refund(ctx, now, ops, v.Outcomes, calls[:ci], out)
-				}
-				break
+		return one[:1], err
+	}
+	// The store keeps neither slice, but escape analysis cannot see
+	// through the interface: give it heap copies.
+	batch, out := make([]floodgate.Op, len(ops)), make([]floodgate.Decision, len(ops))
+	copy(batch, ops)
+	for ci := range calls {
+		if err := g.decide(ctx, now, batch, out, &calls[ci]); err != nil {
+			// The store failed: what the earlier calls took stands if
+			// the request passes, and is given back if it does not.
+			if g.cfg.FailClosed {
+				g.refund(ctx, now, ops, v.Outcomes, calls[:ci], out)
 			}
+			return out, err
 		}
-		decs = out
 	}
-	if err != nil {
-		v.Err = err
-		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)
-		g.storeFailed(v, false)
-		return
-	}
+	return out, nil
+}
+
+// apply sets each outcome's decision from decs, records the bans a
+// request's threshold crossing starts, and settles v.Allowed.
+func (g *Gate) apply(ctx context.Context, now int64, v *Verdict, ops []floodgate.Op, decs []floodgate.Decision) {
 	var banOps []floodgate.Op
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
-		l := o.l
 		if o.op >= 0 {
 			o.Decision = decs[o.op]
 			if o.ents != nil {
@@ -1105,28 +1143,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			}
 		}
 		if o.banOp >= 0 {
-			marker, thr := &decs[o.banOp], &decs[o.thrOp]
-			if !marker.Allowed {
-				o.Banned = true
-				o.Decision.Allowed = false
-				o.Decision.RetryAfter = max(o.Decision.RetryAfter, marker.RetryAfter)
-			}
-			if thr.Allowed && thr.Remaining == 0 {
-				// This request filled the threshold window: ban until
-				// its end plus the duration, beyond any ban in force.
-				until := thr.ResetAfter + l.Ban.Duration
-				held := time.Duration(0)
-				if !marker.Allowed {
-					held = marker.RetryAfter
-				}
-				if until > held {
-					grains := int64((until - held + banGrain - 1) / banGrain)
-					banOps = append(banOps, l.banMarker.Op(floodgate.OpCharge, ops[o.banOp].Key, grains, 0))
-				}
-				o.Banned = true
-				o.Decision.Allowed = false
-				o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
-			}
+			banOps = o.applyBan(decs, ops, banOps)
 		}
 		if !o.Decided() {
 			continue
@@ -1137,7 +1154,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		shadow := o.shadow()
 		o.Over = !o.Decision.Allowed && !shadow
 		if !o.Decision.Allowed && shadow {
-			g.logf("floodgate: a shadow limit would refuse a request", "limit", l.Name)
+			g.logf("floodgate: a shadow limit would refuse a request", "limit", o.l.Name)
 		}
 		if o.Over {
 			v.Allowed = false
@@ -1148,38 +1165,63 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			g.logf("floodgate: recording a ban failed", "err", err)
 		}
 	}
-	if !v.Allowed {
-		// All or nothing: give back what the admitted limits took (a group
-		// refused took nothing; one admitted did, if a ban, a blocked rule,
-		// a delay or another call's group refuses the request).
-		g.refund(ctx, now, ops, v.Outcomes, calls, decs)
+}
+
+// applyBan reads a ban's marker and threshold: a banned key is refused;
+// a request that fills the threshold window bans its key, and the charge
+// that records the ban is appended to banOps.
+func (o *Outcome) applyBan(decs []floodgate.Decision, ops, banOps []floodgate.Op) []floodgate.Op {
+	l := o.l
+	marker, thr := &decs[o.banOp], &decs[o.thrOp]
+	if !marker.Allowed {
+		o.Banned = true
+		o.Decision.Allowed = false
+		o.Decision.RetryAfter = max(o.Decision.RetryAfter, marker.RetryAfter)
 	}
-	v.Deciding = deciding(v.Outcomes)
-	if !v.Allowed {
-		return
+	if thr.Allowed && thr.Remaining == 0 {
+		// This request filled the threshold window: ban until its end
+		// plus the duration, beyond any ban in force.
+		until := thr.ResetAfter + l.Ban.Duration
+		held := time.Duration(0)
+		if !marker.Allowed {
+			held = marker.RetryAfter
+		}
+		if until > held {
+			grains := int64((until - held + banGrain - 1) / banGrain)
+			banOps = append(banOps, l.banMarker.Op(floodgate.OpCharge, ops[o.banOp].Key, grains, 0))
+		}
+		o.Banned = true
+		o.Decision.Allowed = false
+		o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
 	}
-	// Delay actions: wait for the reserved slot.
+	return banOps
+}
+
+// delay waits for the slots the Delay actions reserved; a client that
+// leaves meanwhile gives them back and is refused (v.Err).
+func (g *Gate) delay(ctx context.Context, v *Verdict, ops []floodgate.Op) {
 	var wait time.Duration
 	for i := range v.Outcomes {
 		if o := &v.Outcomes[i]; o.op >= 0 && o.l.Action == Delay && o.Decision.Delay > wait {
 			wait = o.Decision.Delay
 		}
 	}
-	if wait > 0 {
-		if err := g.clock.Sleep(ctx, wait); err != nil {
-			// The client went away: give the slots back.
-			var refunds []floodgate.Op
-			for i := range v.Outcomes {
-				if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Cost > 0 {
-					refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
-				}
-			}
-			g.store.DoBatch(context.WithoutCancel(ctx), g.clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort
-			v.Allowed, v.Err, v.Deciding = false, err, nil
-			return
-		}
-		v.Delayed = wait
+	if wait <= 0 {
+		return
 	}
+	if err := g.clock.Sleep(ctx, wait); err != nil {
+		// The client went away: give the slots back.
+		var refunds []floodgate.Op
+		for i := range v.Outcomes {
+			if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Cost > 0 {
+				refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
+			}
+		}
+		g.store.DoBatch(context.WithoutCancel(ctx), g.clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort
+		v.Allowed, v.Err, v.Deciding = false, err, nil
+		return
+	}
+	v.Delayed = wait
 }
 
 // planRules plans the outcomes of the limits that name a Domain through
