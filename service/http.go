@@ -605,21 +605,30 @@ type keyRequest struct {
 	Entries []rules.Entry `json:"entries"`
 }
 
-func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgate.OpKind) {
-	var kr keyRequest
+// readKeyRequest reads an admin key call's body: one JSON object, no
+// unknown field. It answers a bad one itself (ok false).
+func readKeyRequest(w http.ResponseWriter, r *http.Request) (kr keyRequest, ok bool) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&kr); err != nil {
 		bodyError(w, "body", err)
-		return
+		return kr, false
 	}
 	// anything after the object would be a second key, silently not reset
 	if _, err := dec.Token(); err != io.EOF {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			bodyError(w, "body", err)
-			return
+			return kr, false
 		}
 		httpError(w, http.StatusBadRequest, "body: more after the JSON object; one key a request")
+		return kr, false
+	}
+	return kr, true
+}
+
+func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgate.OpKind) {
+	kr, ok := readKeyRequest(w, r)
+	if !ok {
 		return
 	}
 	cfg := s.rules.Load()
