@@ -1153,7 +1153,7 @@ func (g *Gate) apply(ctx context.Context, now int64, v *Verdict, ops []floodgate
 		}
 		shadow := o.shadow()
 		o.Over = !o.Decision.Allowed && !shadow
-		if !o.Decision.Allowed && shadow {
+		if !o.Decision.Allowed && shadow && !o.quota() {
 			g.logf("floodgate: a shadow limit would refuse a request", "limit", o.l.Name)
 		}
 		if o.Over {
