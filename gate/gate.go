@@ -678,8 +678,6 @@ func (g *Gate) clientAddr(r *Request) netip.Addr {
 // as it is); ok is false when the part is absent and its fallback skips
 // the limit.
 func (g *Gate) value(r *Request, p *compiledPart, buf []byte, raw bool) (v []byte, ok bool) {
-	var s string
-	found := true
 	switch p.Kind {
 	case PartAll:
 		return append(buf, '*'), true
@@ -687,55 +685,8 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte, raw bool) (v []byt
 		return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
 	case PartConst:
 		return appendPart(buf, p.Name, raw), true
-	case PartHeader:
-		vs := r.headerValues(p.canon, p.lower)
-		found = len(vs) > 0 && vs[0] != ""
-		if found {
-			s = vs[0]
-		}
-	case PartCookie:
-		s, found = cookie(r.headerValues("Cookie", "cookie"), p.Name)
-		if r.HTTP == nil && r.Raw == nil {
-			found = false // gRPC has no cookies
-		}
-	case PartQuery:
-		switch {
-		case r.HTTP != nil:
-			s, found = query(r.HTTP.URL.RawQuery, p.Name)
-		case r.Raw != nil:
-			s, found = query(r.Raw.RawQuery, p.Name)
-		default:
-			found = false
-		}
-	case PartPath:
-		s = r.path()
-	case PartRoute:
-		switch {
-		case r.Raw != nil:
-			s = r.Raw.Path
-		case r.HTTP == nil:
-			s = r.FullMethod
-		case g.cfg.Route != nil:
-			s = g.cfg.Route(r.HTTP)
-		case r.HTTP.Pattern != "":
-			s = r.HTTP.Pattern
-		default:
-			s = r.path() // cleaned, as Path: "//x" and "/./x" are no routes of their own
-		}
-	case PartMethod:
-		if s = r.method(); s == "" {
-			s = r.FullMethod
-		}
-	case PartHost:
-		s = hostOnly(r.host())
-	case PartUser:
-		if g.cfg.User != nil {
-			s, found = g.cfg.User(r.ctx())
-		} else {
-			s, found = UserFrom(r.ctx())
-		}
 	}
-	if found {
+	if s, found := g.text(r, p); found {
 		return appendPart(buf, s, raw), true
 	}
 	switch p.Missing {
@@ -746,6 +697,64 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte, raw bool) (v []byt
 	}
 	buf = append(buf, "ip:"...)
 	return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
+}
+
+// text returns the value of a part taken from the request's text (a
+// header, cookie, query parameter, path, route, method, host or user),
+// and whether the request has it.
+func (g *Gate) text(r *Request, p *compiledPart) (s string, found bool) {
+	switch p.Kind {
+	case PartHeader:
+		if vs := r.headerValues(p.canon, p.lower); len(vs) > 0 && vs[0] != "" {
+			return vs[0], true
+		}
+		return "", false
+	case PartCookie:
+		if r.HTTP == nil && r.Raw == nil {
+			return "", false // gRPC has no cookies
+		}
+		return cookie(r.headerValues("Cookie", "cookie"), p.Name)
+	case PartQuery:
+		switch {
+		case r.HTTP != nil:
+			return query(r.HTTP.URL.RawQuery, p.Name)
+		case r.Raw != nil:
+			return query(r.Raw.RawQuery, p.Name)
+		}
+		return "", false
+	case PartPath:
+		return r.path(), true
+	case PartRoute:
+		return g.route(r), true
+	case PartMethod:
+		if s = r.method(); s == "" {
+			s = r.FullMethod
+		}
+		return s, true
+	case PartHost:
+		return hostOnly(r.host()), true
+	case PartUser:
+		if g.cfg.User != nil {
+			return g.cfg.User(r.ctx())
+		}
+		return UserFrom(r.ctx())
+	}
+	return "", true
+}
+
+// route is the Route part's value.
+func (g *Gate) route(r *Request) string {
+	switch {
+	case r.Raw != nil:
+		return r.Raw.Path
+	case r.HTTP == nil:
+		return r.FullMethod
+	case g.cfg.Route != nil:
+		return g.cfg.Route(r.HTTP)
+	case r.HTTP.Pattern != "":
+		return r.HTTP.Pattern
+	}
+	return r.path() // cleaned, as Path: "//x" and "/./x" are no routes of their own
 }
 
 // Outcome is one limit's part of a verdict.
