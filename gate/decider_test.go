@@ -181,3 +181,37 @@ func TestGateStoreKeyIsTheService(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckRulesFile is a request through a rules-file limit (the
+// decider's path), admitted, 1,000 keys.
+func BenchmarkCheckRulesFile(b *testing.B) {
+	d, err := rules.Parse("edge.yaml", []byte(parityRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	limits, err := gate.FromRules(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gate.New(gate.Config{Limits: limits, Rules: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	reqs := make([]*gate.Request, 1000)
+	for i := range reqs {
+		r := httptest.NewRequest("GET", "http://example.com/keyed/", nil)
+		r.Header.Set("X-API-Key", "key-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26%26)))
+		reqs[i] = &gate.Request{HTTP: r, Peer: "192.0.2.1:1"}
+	}
+	var v gate.Verdict
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		*reqs[i%len(reqs)] = gate.Request{HTTP: reqs[i%len(reqs)].HTTP, Peer: "192.0.2.1:1"}
+		g.Check(reqs[i%len(reqs)], &v)
+	}
+}

@@ -952,22 +952,35 @@ func (g *Gate) considerEntries(r *Request, v *Verdict, l *limit) {
 		}
 		ends[i] = len(vals)
 	}
-	all := string(vals)
-	ents := make([]rules.Entry, len(l.parts))
 	var kb [128]byte
+	var kends [maxKeyParts]int
 	key := kb[:0]
 	for i, start := 0, 0; i < len(l.parts); i++ {
-		ents[i] = rules.Entry{Key: l.parts[i].entry, Value: all[start:ends[i]]}
 		if i > 0 {
 			key = append(key, '|')
 		}
-		key = appendValue(key, ents[i].Value)
-		start = ends[i]
+		key = appendValue(key, vals[start:ends[i]])
+		kends[i], start = len(key), ends[i]
 	}
 	if l.exempt != nil && l.exempt[string(key)] {
 		return
 	}
-	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, ents: ents, op: -1, banOp: -1, thrOp: -1})
+	// The entries' values: the key's own bytes where the key holds a value
+	// as it is (neither escaped nor bounded), else copies.
+	skey, all := string(key), ""
+	ents := make([]rules.Entry, len(l.parts))
+	for i, start, kstart := 0, 0, 0; i < len(l.parts); i++ {
+		raw, kept := vals[start:ends[i]], key[kstart:kends[i]]
+		ents[i] = rules.Entry{Key: l.parts[i].entry, Value: skey[kstart:kends[i]]}
+		if string(raw) != string(kept) {
+			if all == "" {
+				all = string(vals)
+			}
+			ents[i].Value = all[start:ends[i]]
+		}
+		start, kstart = ends[i], kends[i]+1
+	}
+	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: skey, l: l, ents: ents, op: -1, banOp: -1, thrOp: -1})
 }
 
 // entries returns the descriptor entries of an outcome whose limit has no

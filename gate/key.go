@@ -187,7 +187,7 @@ const MaxValue = 256
 
 // appendValue appends a bounded value, escaping the separator '|' and the
 // escape '%'.
-func appendValue(dst []byte, v string) []byte {
+func appendValue[V ~string | ~[]byte](dst []byte, v V) []byte {
 	if len(v) > MaxValue {
 		dst = appendEscaped(dst, v[:MaxValue-17])
 		return appendValueHash(append(dst, '~'), v)
@@ -200,7 +200,7 @@ func appendValue(dst []byte, v string) []byte {
 // instances of a fleet (and one restarted) count a long value under one
 // key on a shared store, and a client cannot make its value's key
 // another's.
-func appendValueHash(dst []byte, v string) []byte {
+func appendValueHash[V ~string | ~[]byte](dst []byte, v V) []byte {
 	sum := sha256.Sum256([]byte(v))
 	return hex.AppendEncode(dst, sum[:8])
 }
@@ -214,7 +214,7 @@ func appendPart(dst []byte, v string, raw bool) []byte {
 	return appendValue(dst, v)
 }
 
-func appendEscaped(dst []byte, v string) []byte {
+func appendEscaped[V ~string | ~[]byte](dst []byte, v V) []byte {
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
 		case '%', '|':
