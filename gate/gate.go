@@ -19,12 +19,14 @@ import (
 	"net/http"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/internal/ratehdr"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/rules"
@@ -171,6 +173,10 @@ type Config struct {
 	ClientIP ClientIP
 	// Rules resolves limits that name a Domain.
 	Rules *rules.Config
+	// Overrides gives keys of a Rules domain their own limits, as it does
+	// in floodgate serve (overrides.Lookup adapts an overrides.Store); nil:
+	// none.
+	Overrides Overrides
 	// Remote, when set, asks a rate limit service instead of the store
 	// (gate/remote.New). Ban and Delay actions need the local engine.
 	Remote Remote
@@ -190,6 +196,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Overrides finds per-key overrides of a rules file's limits.
+type Overrides = decide.Overrides
+
 // Gate decides requests against a set of limits. It is safe for
 // concurrent use.
 type Gate struct {
@@ -199,6 +208,7 @@ type Gate struct {
 	store   floodgate.Store
 	clock   floodgate.Clock
 	ownsMem *memstore.Store
+	dec     *decide.Decider // a rules file's limits
 	lastLog atomic.Int64
 	split   atomic.Bool // a request's limits took several calls (logged once)
 }
@@ -249,6 +259,7 @@ func New(cfg Config) (*Gate, error) {
 		g.cfg.Logger = slog.Default()
 	}
 	g.cfg.ClientIP.normalize()
+	g.dec = decide.New(decide.Options{Overrides: cfg.Overrides, Logger: g.cfg.Logger})
 	if g.store == nil && cfg.Remote == nil {
 		ms, err := memstore.New(memstore.Options{Clock: g.clock})
 		if err != nil {
@@ -663,68 +674,20 @@ func (g *Gate) clientAddr(r *Request) netip.Addr {
 	return r.client
 }
 
-// value returns a part's value for r; ok is false when the part is absent
-// and its fallback skips the limit.
-func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool) {
-	var s string
-	found := true
+// value appends a part's value for r to buf, bounded and escaped (raw:
+// as it is); ok is false when the part is absent and its fallback skips
+// the limit.
+func (g *Gate) value(r *Request, p *compiledPart, buf []byte, raw bool) (v []byte, ok bool) {
 	switch p.Kind {
 	case PartAll:
 		return append(buf, '*'), true
 	case PartIP:
 		return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
 	case PartConst:
-		return appendValue(buf, p.Name), true
-	case PartHeader:
-		vs := r.headerValues(p.canon, p.lower)
-		found = len(vs) > 0 && vs[0] != ""
-		if found {
-			s = vs[0]
-		}
-	case PartCookie:
-		s, found = cookie(r.headerValues("Cookie", "cookie"), p.Name)
-		if r.HTTP == nil && r.Raw == nil {
-			found = false // gRPC has no cookies
-		}
-	case PartQuery:
-		switch {
-		case r.HTTP != nil:
-			s, found = query(r.HTTP.URL.RawQuery, p.Name)
-		case r.Raw != nil:
-			s, found = query(r.Raw.RawQuery, p.Name)
-		default:
-			found = false
-		}
-	case PartPath:
-		s = r.path()
-	case PartRoute:
-		switch {
-		case r.Raw != nil:
-			s = r.Raw.Path
-		case r.HTTP == nil:
-			s = r.FullMethod
-		case g.cfg.Route != nil:
-			s = g.cfg.Route(r.HTTP)
-		case r.HTTP.Pattern != "":
-			s = r.HTTP.Pattern
-		default:
-			s = r.path() // cleaned, as Path: "//x" and "/./x" are no routes of their own
-		}
-	case PartMethod:
-		if s = r.method(); s == "" {
-			s = r.FullMethod
-		}
-	case PartHost:
-		s = hostOnly(r.host())
-	case PartUser:
-		if g.cfg.User != nil {
-			s, found = g.cfg.User(r.ctx())
-		} else {
-			s, found = UserFrom(r.ctx())
-		}
+		return appendPart(buf, p.Name, raw), true
 	}
-	if found {
-		return appendValue(buf, s), true
+	if s, found := g.text(r, p); found {
+		return appendPart(buf, s, raw), true
 	}
 	switch p.Missing {
 	case MissingShared:
@@ -734,6 +697,64 @@ func (g *Gate) value(r *Request, p *compiledPart, buf []byte) (v []byte, ok bool
 	}
 	buf = append(buf, "ip:"...)
 	return g.cfg.ClientIP.appendGroup(buf, g.clientAddr(r)), true
+}
+
+// text returns the value of a part taken from the request's text (a
+// header, cookie, query parameter, path, route, method, host or user),
+// and whether the request has it.
+func (g *Gate) text(r *Request, p *compiledPart) (s string, found bool) {
+	switch p.Kind {
+	case PartHeader:
+		if vs := r.headerValues(p.canon, p.lower); len(vs) > 0 && vs[0] != "" {
+			return vs[0], true
+		}
+		return "", false
+	case PartCookie:
+		if r.HTTP == nil && r.Raw == nil {
+			return "", false // gRPC has no cookies
+		}
+		return cookie(r.headerValues("Cookie", "cookie"), p.Name)
+	case PartQuery:
+		switch {
+		case r.HTTP != nil:
+			return query(r.HTTP.URL.RawQuery, p.Name)
+		case r.Raw != nil:
+			return query(r.Raw.RawQuery, p.Name)
+		}
+		return "", false
+	case PartPath:
+		return r.path(), true
+	case PartRoute:
+		return g.route(r), true
+	case PartMethod:
+		if s = r.method(); s == "" {
+			s = r.FullMethod
+		}
+		return s, true
+	case PartHost:
+		return hostOnly(r.host()), true
+	case PartUser:
+		if g.cfg.User != nil {
+			return g.cfg.User(r.ctx())
+		}
+		return UserFrom(r.ctx())
+	}
+	return "", true
+}
+
+// route is the Route part's value.
+func (g *Gate) route(r *Request) string {
+	switch {
+	case r.Raw != nil:
+		return r.Raw.Path
+	case r.HTTP == nil:
+		return r.FullMethod
+	case g.cfg.Route != nil:
+		return g.cfg.Route(r.HTTP)
+	case r.HTTP.Pattern != "":
+		return r.HTTP.Pattern
+	}
+	return r.path() // cleaned, as Path: "//x" and "/./x" are no routes of their own
 }
 
 // Outcome is one limit's part of a verdict.
@@ -753,6 +774,7 @@ type Outcome struct {
 	Over bool
 
 	l      *limit
+	ents   []rules.Entry // the descriptor entries of a limit without a Policy
 	policy *floodgate.Policy
 	skey   string // the store's key
 	name   string // the rule's name as a structured-field string
@@ -771,10 +793,15 @@ func (o *Outcome) Decided() bool {
 }
 
 // shadow reports whether the outcome's limit never refuses: a Shadow
-// action, or a rule in shadow mode.
+// action, or a rule in shadow mode or quota mode (admitted over its
+// quota).
 func (o *Outcome) shadow() bool {
-	return o.l.Action == Shadow || o.ruleLm != nil && o.ruleLm.ShadowMode
+	return o.l.Action == Shadow || o.ruleLm != nil && (o.ruleLm.ShadowMode || o.ruleLm.QuotaMode)
 }
+
+// quota reports whether the outcome's limit is a rule in quota mode,
+// which the headers do not describe (as the service's do not).
+func (o *Outcome) quota() bool { return o.ruleLm != nil && o.ruleLm.QuotaMode }
 
 // Verdict is what the gate decided for a request.
 type Verdict struct {
@@ -799,6 +826,18 @@ type Verdict struct {
 	RemoteHeaders [][2]string
 
 	buf [4]Outcome
+	rs  *rulesScratch // the rules-file outcomes' plan, kept for the next request
+}
+
+// rulesScratch is what a verdict keeps of its rules-file outcomes' plan:
+// res[i] is outcome i's result, its Op an index of ops (the decider's
+// operations) until local places it.
+type rulesScratch struct {
+	res   []decide.Result
+	ops   []floodgate.Op
+	descs []decide.Descriptor
+	chunk []decide.Result
+	idx   []int
 }
 
 // StoreUnavailable reports whether the request was refused because the
@@ -879,13 +918,17 @@ func (g *Gate) consider(r *Request, v *Verdict, l *limit, host, path string) {
 			}
 		}
 	}
+	if l.Policy == nil {
+		g.considerEntries(r, v, l)
+		return
+	}
 	var kb [128]byte
 	key, ok := kb[:0], true
 	for i := range l.parts {
 		if i > 0 {
 			key = append(key, '|')
 		}
-		if key, ok = g.value(r, &l.parts[i], key); !ok {
+		if key, ok = g.value(r, &l.parts[i], key, false); !ok {
 			return
 		}
 	}
@@ -895,14 +938,97 @@ func (g *Gate) consider(r *Request, v *Verdict, l *limit, host, path string) {
 	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: string(key), l: l, op: -1, banOp: -1, thrOp: -1})
 }
 
+// considerEntries is consider for a limit decided by descriptor entries
+// (a rules file's, or a remote service's): the parts' values, as they
+// are, are the entries (the decider bounds their store key), and the
+// outcome's Key joins them as any limit's does.
+func (g *Gate) considerEntries(r *Request, v *Verdict, l *limit) {
+	var vb [128]byte
+	var ends [maxKeyParts]int
+	vals, ok := vb[:0], true
+	for i := range l.parts {
+		if vals, ok = g.value(r, &l.parts[i], vals, true); !ok {
+			return
+		}
+		ends[i] = len(vals)
+	}
+	var kb [128]byte
+	var kends [maxKeyParts]int
+	key := kb[:0]
+	for i, start := 0, 0; i < len(l.parts); i++ {
+		if i > 0 {
+			key = append(key, '|')
+		}
+		key = appendValue(key, vals[start:ends[i]])
+		kends[i], start = len(key), ends[i]
+	}
+	if l.exempt != nil && l.exempt[string(key)] {
+		return
+	}
+	// The entries' values: the key's own bytes where the key holds a value
+	// as it is (neither escaped nor bounded), else copies.
+	skey, all := string(key), ""
+	ents := make([]rules.Entry, len(l.parts))
+	for i, start, kstart := 0, 0, 0; i < len(l.parts); i++ {
+		raw, kept := vals[start:ends[i]], key[kstart:kends[i]]
+		ents[i] = rules.Entry{Key: l.parts[i].entry, Value: skey[kstart:kends[i]]}
+		if string(raw) != string(kept) {
+			if all == "" {
+				all = string(vals)
+			}
+			ents[i].Value = all[start:ends[i]]
+		}
+		start, kstart = ends[i], kends[i]+1
+	}
+	v.Outcomes = append(v.Outcomes, Outcome{Limit: l.Limit, Key: skey, l: l, ents: ents, op: -1, banOp: -1, thrOp: -1})
+}
+
+// entries returns the descriptor entries of an outcome whose limit has no
+// Policy (a rules file's or a remote service's): its parts' values as the
+// request gave them.
+func (o *Outcome) entries() []rules.Entry { return o.ents }
+
 // local decides the outcomes on the store: in one call of at most maxOps
 // operations, or, for a request matching more limits, in as many as it
 // takes (see Config).
 func (g *Gate) local(ctx context.Context, v *Verdict) {
-	// What each outcome asks of the store: o.op opPending for a decision
-	// (and a ban's two operations), -1 for none.
-	nops := 0
 	now := g.clock.NowMicro()
+	nops := g.resolve(ctx, v, now)
+	var opBuf [4]floodgate.Op
+	var callBuf [1]opCall
+	ops, calls := opBuf[:0], callBuf[:0]
+	if nops > len(opBuf) {
+		ops = make([]floodgate.Op, 0, nops)
+	}
+	ops, calls = g.layOut(v, ops, calls)
+	var one [1]floodgate.Decision
+	decs, err := g.call(ctx, now, v, ops, calls, one[:])
+	if err != nil {
+		v.Err = err
+		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)
+		g.storeFailed(v, false)
+		return
+	}
+	g.apply(ctx, now, v, ops, decs)
+	if !v.Allowed {
+		// All or nothing: give back what the admitted limits took (a group
+		// refused took nothing; one admitted did, if a ban, a blocked rule,
+		// a delay or another call's group refuses the request).
+		g.refund(ctx, now, ops, v.Outcomes, calls, decs)
+	}
+	v.Deciding = deciding(v.Outcomes)
+	if v.Allowed {
+		g.delay(ctx, v, ops)
+	}
+}
+
+// resolve sets what each outcome asks of the store: its policy and key
+// (a rules file's, through the decider), o.op opPending for a decision
+// (and a ban's two operations), -1 for none; a blocked limit is decided
+// here. It returns how many operations the outcomes take.
+func (g *Gate) resolve(ctx context.Context, v *Verdict, now int64) int {
+	g.planRules(ctx, v, now)
+	nops := 0
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
 		l := o.l
@@ -913,39 +1039,30 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			continue
 		}
 		if l.Policy == nil {
-			// A rules domain decides: the parts are descriptor entries.
-			entries := make([]rules.Entry, len(l.parts))
-			vals := splitKey(o.Key, len(l.parts))
-			for j := range l.parts {
-				entries[j] = rules.Entry{Key: l.parts[j].entry, Value: unescape(vals[j])}
+			// A rules domain decides, through the decider.
+			r := &v.rs.res[i]
+			if !r.Decided() {
+				continue // no limit, unlimited, or replaced
 			}
-			m := g.cfg.Rules.Match(l.Domain, entries)
-			if m == nil || m.Limit.Unlimited {
+			o.ruleLm, o.name = r.Limit, sfName(r.Limit.Name)
+			if r.Op < 0 { // blocked: decided already
+				o.Decision = r.Decision
 				continue
 			}
-			o.ruleLm = m.Limit
-			if m.Limit.Blocked {
-				o.name = sfName(m.Limit.Name)
-				o.Decision = blockedDecision(m.Limit, now)
-				continue
-			}
-			// The service's key: serve and proxy share state.
-			o.policy, o.skey = m.Limit.Policy, l.Domain+"\x00"+m.Key
-			o.name = sfName(m.Limit.Name)
+			op := &v.rs.ops[r.Op]
+			o.policy, o.skey = op.Policy, op.Key
 		}
 		o.op = opPending
 		nops += opsOf(o)
 	}
-	// The operations, call by call: the outcomes in order, as many as fit
-	// in maxOps; in each call the all-or-nothing members (the decisions
-	// that can refuse) come last, side by side, as a Redis batch needs a
-	// group's members to be.
-	var opBuf [4]floodgate.Op
-	var callBuf [1]opCall
-	ops, calls := opBuf[:0], callBuf[:0]
-	if nops > len(opBuf) {
-		ops = make([]floodgate.Op, 0, nops)
-	}
+	return nops
+}
+
+// layOut appends the operations to ops, call by call: the outcomes in
+// order, as many as fit in maxOps; in each call the all-or-nothing
+// members (the decisions that can refuse) come last, side by side, as a
+// Redis batch needs a group's members to be.
+func (g *Gate) layOut(v *Verdict, ops []floodgate.Op, calls []opCall) ([]floodgate.Op, []opCall) {
 	for i := 0; i < len(v.Outcomes); {
 		j, n := i, 0
 		for ; j < len(v.Outcomes); j++ {
@@ -957,24 +1074,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		c := opCall{start: len(ops)}
 		for k := i; k < j; k++ {
-			o := &v.Outcomes[k]
-			if o.op != opPending {
-				continue
-			}
-			l := o.l
-			if l.banMarker != nil {
-				o.banOp = len(ops)
-				ops = append(ops, l.banMarker.Op(floodgate.OpPeek, o.skey, l.banBurst, 0))
-				o.thrOp = len(ops)
-				ops = append(ops, l.banThresh.Op(floodgate.OpCharge, o.skey, 1, 0))
-			}
-			switch {
-			case l.Action == Delay:
-				o.op = len(ops)
-				ops = append(ops, o.policy.Op(floodgate.OpReserve, o.skey, l.Cost, l.MaxDelay))
-			case o.shadow():
-				o.op = len(ops)
-				ops = append(ops, o.policy.Op(floodgate.OpAllow, o.skey, l.Cost, 0))
+			if o := &v.Outcomes[k]; o.op == opPending {
+				ops = appendOthers(ops, o)
 			}
 		}
 		c.members = len(ops)
@@ -994,67 +1095,77 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		g.cfg.Logger.Warn("floodgate: a request matched more limits than one store call takes; they are decided in several calls, each atomic, all or nothing across them by giving back (logged once)",
 			"limits", len(v.Outcomes), "calls", len(calls))
 	}
-	var one [1]floodgate.Decision
-	var decs []floodgate.Decision
-	var err error
+	return ops, calls
+}
+
+// appendOthers appends an outcome's operations that are no group's
+// members: a ban's marker peek and threshold charge, and a decision that
+// cannot refuse the request (a delay's reservation, a shadow limit's).
+func appendOthers(ops []floodgate.Op, o *Outcome) []floodgate.Op {
+	l := o.l
+	if l.banMarker != nil {
+		o.banOp = len(ops)
+		ops = append(ops, l.banMarker.Op(floodgate.OpPeek, o.skey, l.banBurst, 0))
+		o.thrOp = len(ops)
+		ops = append(ops, l.banThresh.Op(floodgate.OpCharge, o.skey, 1, 0))
+	}
+	switch {
+	case l.Action == Delay:
+		o.op = len(ops)
+		ops = append(ops, o.policy.Op(floodgate.OpReserve, o.skey, l.Cost, l.MaxDelay))
+	case o.shadow():
+		o.op = len(ops)
+		ops = append(ops, o.policy.Op(floodgate.OpAllow, o.skey, l.Cost, 0))
+	}
+	return ops
+}
+
+// call makes the store calls, returning ops[i]'s decision in decs[i]
+// (one, for a single operation, is the caller's buffer).
+func (g *Gate) call(ctx context.Context, now int64, v *Verdict, ops []floodgate.Op, calls []opCall, one []floodgate.Decision) ([]floodgate.Decision, error) {
 	switch len(ops) {
 	case 0:
+		return nil, nil
 	case 1:
+		var err error
 		one[0], err = g.store.Do(ctx, now, ops[0])
-		decs = one[:]
-	default:
-		// The store keeps neither slice, but escape analysis cannot see
-		// through the interface: give it heap copies.
-		batch, out := make([]floodgate.Op, len(ops)), make([]floodgate.Decision, len(ops))
-		copy(batch, ops)
-		for ci := range calls {
-			if err = g.decide(ctx, now, batch, out, &calls[ci]); err != nil {
-				// The store failed: what the earlier calls took stands if
-				// the request passes, and is given back if it does not.
-				if g.cfg.FailClosed {
-					g.refund(ctx, now, ops, v.Outcomes, calls[:ci], out)
-				}
-				break
+		return one[:1], err
+	}
+	// The store keeps neither slice, but escape analysis cannot see
+	// through the interface: give it heap copies.
+	batch, out := make([]floodgate.Op, len(ops)), make([]floodgate.Decision, len(ops))
+	copy(batch, ops)
+	for ci := range calls {
+		if err := g.decide(ctx, now, batch, out, &calls[ci]); err != nil {
+			// The store failed: what the earlier calls took stands if
+			// the request passes, and is given back if it does not.
+			if g.cfg.FailClosed {
+				g.refund(ctx, now, ops, v.Outcomes, calls[:ci], out)
 			}
+			return out, err
 		}
-		decs = out
 	}
-	if err != nil {
-		v.Err = err
-		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)
-		g.storeFailed(v, false)
-		return
-	}
+	return out, nil
+}
+
+// apply sets each outcome's decision from decs, records the bans a
+// request's threshold crossing starts, and settles v.Allowed.
+func (g *Gate) apply(ctx context.Context, now int64, v *Verdict, ops []floodgate.Op, decs []floodgate.Decision) {
 	var banOps []floodgate.Op
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
-		l := o.l
 		if o.op >= 0 {
 			o.Decision = decs[o.op]
+			if o.ents != nil {
+				// the decider reads its limit's decision (quota_mode)
+				r := &v.rs.res[i]
+				r.Op = o.op
+				g.dec.Finish(now, v.rs.res[i:i+1], decs)
+				o.Decision = r.Decision
+			}
 		}
 		if o.banOp >= 0 {
-			marker, thr := &decs[o.banOp], &decs[o.thrOp]
-			if !marker.Allowed {
-				o.Banned = true
-				o.Decision.Allowed = false
-				o.Decision.RetryAfter = max(o.Decision.RetryAfter, marker.RetryAfter)
-			}
-			if thr.Allowed && thr.Remaining == 0 {
-				// This request filled the threshold window: ban until
-				// its end plus the duration, beyond any ban in force.
-				until := thr.ResetAfter + l.Ban.Duration
-				held := time.Duration(0)
-				if !marker.Allowed {
-					held = marker.RetryAfter
-				}
-				if until > held {
-					grains := int64((until - held + banGrain - 1) / banGrain)
-					banOps = append(banOps, l.banMarker.Op(floodgate.OpCharge, ops[o.banOp].Key, grains, 0))
-				}
-				o.Banned = true
-				o.Decision.Allowed = false
-				o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
-			}
+			banOps = o.applyBan(decs, ops, banOps)
 		}
 		if !o.Decided() {
 			continue
@@ -1064,8 +1175,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		shadow := o.shadow()
 		o.Over = !o.Decision.Allowed && !shadow
-		if !o.Decision.Allowed && shadow {
-			g.logf("floodgate: a shadow limit would refuse a request", "limit", l.Name)
+		if !o.Decision.Allowed && shadow && !o.quota() {
+			g.logf("floodgate: a shadow limit would refuse a request", "limit", o.l.Name)
 		}
 		if o.Over {
 			v.Allowed = false
@@ -1076,37 +1187,115 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			g.logf("floodgate: recording a ban failed", "err", err)
 		}
 	}
-	if !v.Allowed {
-		// All or nothing: give back what the admitted limits took (a group
-		// refused took nothing; one admitted did, if a ban, a blocked rule,
-		// a delay or another call's group refuses the request).
-		g.refund(ctx, now, ops, v.Outcomes, calls, decs)
+}
+
+// applyBan reads a ban's marker and threshold: a banned key is refused;
+// a request that fills the threshold window bans its key, and the charge
+// that records the ban is appended to banOps.
+func (o *Outcome) applyBan(decs []floodgate.Decision, ops, banOps []floodgate.Op) []floodgate.Op {
+	l := o.l
+	marker, thr := &decs[o.banOp], &decs[o.thrOp]
+	if !marker.Allowed {
+		o.Banned = true
+		o.Decision.Allowed = false
+		o.Decision.RetryAfter = max(o.Decision.RetryAfter, marker.RetryAfter)
 	}
-	v.Deciding = deciding(v.Outcomes)
-	if !v.Allowed {
-		return
+	if thr.Allowed && thr.Remaining == 0 {
+		// This request filled the threshold window: ban until its end
+		// plus the duration, beyond any ban in force.
+		until := thr.ResetAfter + l.Ban.Duration
+		held := time.Duration(0)
+		if !marker.Allowed {
+			held = marker.RetryAfter
+		}
+		if until > held {
+			grains := int64((until - held + banGrain - 1) / banGrain)
+			banOps = append(banOps, l.banMarker.Op(floodgate.OpCharge, ops[o.banOp].Key, grains, 0))
+		}
+		o.Banned = true
+		o.Decision.Allowed = false
+		o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
 	}
-	// Delay actions: wait for the reserved slot.
+	return banOps
+}
+
+// delay waits for the slots the Delay actions reserved; a client that
+// leaves meanwhile gives them back and is refused (v.Err).
+func (g *Gate) delay(ctx context.Context, v *Verdict, ops []floodgate.Op) {
 	var wait time.Duration
 	for i := range v.Outcomes {
 		if o := &v.Outcomes[i]; o.op >= 0 && o.l.Action == Delay && o.Decision.Delay > wait {
 			wait = o.Decision.Delay
 		}
 	}
-	if wait > 0 {
-		if err := g.clock.Sleep(ctx, wait); err != nil {
-			// The client went away: give the slots back.
-			var refunds []floodgate.Op
-			for i := range v.Outcomes {
-				if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Cost > 0 {
-					refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
-				}
+	if wait <= 0 {
+		return
+	}
+	if err := g.clock.Sleep(ctx, wait); err != nil {
+		// The client went away: give the slots back.
+		var refunds []floodgate.Op
+		for i := range v.Outcomes {
+			if o := &v.Outcomes[i]; o.op >= 0 && ops[o.op].Cost > 0 {
+				refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
 			}
-			g.store.DoBatch(context.WithoutCancel(ctx), g.clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort
-			v.Allowed, v.Err, v.Deciding = false, err, nil
-			return
 		}
-		v.Delayed = wait
+		g.store.DoBatch(context.WithoutCancel(ctx), g.clock.NowMicro(), refunds, make([]floodgate.Decision, len(refunds))) //nolint:errcheck // best effort
+		v.Allowed, v.Err, v.Deciding = false, err, nil
+		return
+	}
+	v.Delayed = wait
+}
+
+// planRules plans the outcomes of the limits that name a Domain through
+// the decider: one plan per domain (a request's descriptors of one domain
+// together, as serve takes them, so that replaces applies among them),
+// the blocked limits decided. v.rs.res[i] is outcome i's result.
+func (g *Gate) planRules(ctx context.Context, v *Verdict, now int64) {
+	if v.rs == nil {
+		v.rs = new(rulesScratch)
+	}
+	rs := v.rs
+	rs.ops, rs.idx = rs.ops[:0], rs.idx[:0]
+	for i := range v.Outcomes {
+		if o := &v.Outcomes[i]; o.l.Policy == nil && !o.l.Blocked {
+			rs.idx = append(rs.idx, i)
+		}
+	}
+	if len(rs.idx) == 0 {
+		return
+	}
+	rs.res = slices.Grow(rs.res[:0], len(v.Outcomes))[:len(v.Outcomes)]
+	for i := range rs.res {
+		rs.res[i] = decide.Result{Op: -1}
+	}
+	for len(rs.idx) > 0 {
+		// the first domain's outcomes, at most a request's descriptors
+		dom, rest, n := v.Outcomes[rs.idx[0]].l.Domain, rs.idx[:0], 0
+		rs.descs = rs.descs[:0]
+		for _, i := range rs.idx {
+			if o := &v.Outcomes[i]; o.l.Domain == dom && n < decide.MaxDescriptors {
+				rs.descs = append(rs.descs, decide.Descriptor{Entries: o.ents, Hits: o.l.Cost})
+				n++
+			}
+		}
+		rs.chunk = slices.Grow(rs.chunk[:0], n)[:n]
+		var err error
+		if rs.ops, err = g.dec.Plan(ctx, g.cfg.Rules, dom, rs.descs, rs.chunk, rs.ops); err != nil {
+			g.logf("floodgate: a rules-file limit's descriptor is refused; it does not apply", "err", err)
+		}
+		g.dec.Finish(now, rs.chunk, nil) // the blocked ones
+		k := 0
+		for _, i := range rs.idx {
+			if o := &v.Outcomes[i]; o.l.Domain == dom && k < n {
+				if err == nil {
+					rs.res[i] = rs.chunk[k]
+				}
+				k++
+				continue
+			}
+			rest = append(rest, i)
+		}
+		rs.idx = rest
 	}
 }
 
@@ -1257,7 +1446,7 @@ func deciding(os []Outcome) *Outcome {
 	var best *Outcome
 	for i := range os {
 		o := &os[i]
-		if !o.Decided() {
+		if !o.Decided() || o.quota() {
 			continue
 		}
 		switch {
@@ -1276,35 +1465,6 @@ func deciding(os []Outcome) *Outcome {
 		}
 	}
 	return best
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) {
-			hi, lo := unhex(s[i+1]), unhex(s[i+2])
-			if hi >= 0 && lo >= 0 {
-				b.WriteByte(byte(hi<<4 | lo))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func unhex(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'A' && c <= 'F':
-		return int(c - 'A' + 10)
-	}
-	return -1
 }
 
 // logf logs at most one line a second.

@@ -127,7 +127,7 @@ func policyFields(v *Verdict, o *Outcome, set func(key string, vals []string)) {
 	var items []string
 	for i := range v.Outcomes {
 		x := &v.Outcomes[i]
-		if !x.Decided() {
+		if !x.Decided() || x.quota() {
 			continue
 		}
 		for _, it := range x.policyItems() {

@@ -187,7 +187,7 @@ const MaxValue = 256
 
 // appendValue appends a bounded value, escaping the separator '|' and the
 // escape '%'.
-func appendValue(dst []byte, v string) []byte {
+func appendValue[V ~string | ~[]byte](dst []byte, v V) []byte {
 	if len(v) > MaxValue {
 		dst = appendEscaped(dst, v[:MaxValue-17])
 		return appendValueHash(append(dst, '~'), v)
@@ -200,12 +200,21 @@ func appendValue(dst []byte, v string) []byte {
 // instances of a fleet (and one restarted) count a long value under one
 // key on a shared store, and a client cannot make its value's key
 // another's.
-func appendValueHash(dst []byte, v string) []byte {
+func appendValueHash[V ~string | ~[]byte](dst []byte, v V) []byte {
 	sum := sha256.Sum256([]byte(v))
 	return hex.AppendEncode(dst, sum[:8])
 }
 
-func appendEscaped(dst []byte, v string) []byte {
+// appendPart appends a part's value: bounded and escaped (appendValue),
+// or, raw, as it is.
+func appendPart(dst []byte, v string, raw bool) []byte {
+	if raw {
+		return append(dst, v...)
+	}
+	return appendValue(dst, v)
+}
+
+func appendEscaped[V ~string | ~[]byte](dst []byte, v V) []byte {
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
 		case '%', '|':
@@ -215,15 +224,6 @@ func appendEscaped(dst []byte, v string) []byte {
 		}
 	}
 	return dst
-}
-
-// boundedValue is v bounded as appendValue bounds it, unescaped (for
-// descriptor entries).
-func boundedValue(v string) string {
-	if len(v) > MaxValue {
-		return string(appendValueHash([]byte(v[:MaxValue-17]+"~"), v))
-	}
-	return v
 }
 
 // headerValues returns a header's values from an HTTP request or gRPC

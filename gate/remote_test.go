@@ -94,15 +94,29 @@ func TestGRPCMetadataMap(t *testing.T) {
 	}
 }
 
-// Outcome.entries gives a rules-file limit its descriptor entries: the
-// parts' entry names and their values, unescaped; a long value bounded.
+// Outcome.entries gives a limit without a Policy (a rules file's, a
+// remote service's) its descriptor entries: the parts' entry names and
+// their values as the request gave them, a long one whole (the decider,
+// or the service, bounds the store key, one way for every front door);
+// its Key escapes and bounds them, as any limit's.
 func TestOutcomeEntries(t *testing.T) {
 	long := strings.Repeat("v", 300)
-	l := &limit{parts: []compiledPart{compilePart(Header("X-A")), compilePart(Const("b", "")), compilePart(Query("q"))}}
-	key := string(appendValue(append(appendValue(nil, "1|2%3"), "||"...), long))
-	got := (&Outcome{Key: key, l: l}).entries()
-	want := []rules.Entry{{Key: "x-a", Value: "1|2%3"}, {Key: "b", Value: ""}, {Key: "query.q", Value: boundedValue(long)}}
+	f := &fakeRemote{answer: RemoteAnswer{Decisions: []floodgate.Decision{{Allowed: true}}}}
+	g, err := New(Config{Remote: f, Limits: []Limit{{Name: "x", Key: []Part{Header("X-A"), Const("b", ""), Query("q")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	v := check(g, httpReq("192.0.2.1:1", "/?q="+long, "X-A", "1|2%3"))
+	if len(v.Outcomes) != 1 {
+		t.Fatalf("outcomes %+v", v.Outcomes)
+	}
+	got := v.Outcomes[0].entries()
+	want := []rules.Entry{{Key: "x-a", Value: "1|2%3"}, {Key: "b", Value: ""}, {Key: "query.q", Value: long}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("entries %q, want %q", got, want)
+	}
+	if key := string(appendValue(append(appendValue(nil, "1|2%3"), "||"...), long)); v.Outcomes[0].Key != key {
+		t.Fatalf("key %q, want %q", v.Outcomes[0].Key, key)
 	}
 }

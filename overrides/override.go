@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/decide"
 )
 
 // Size limits of an override's strings, in bytes.
@@ -219,23 +220,7 @@ func containsByte(s string, b byte) bool {
 // override sets one. The rule's name, mode and failure mode are kept; a
 // calendar window becomes a plain Period window, and the refill style and
 // granularity are dropped when the new algorithm has none.
-func (o Override) Apply(r floodgate.Rule) floodgate.Rule {
-	r.Limit, r.Period, r.Burst = o.Limit, o.Period, o.Burst
-	r.Calendar, r.Location, r.WeekStart = "", nil, 0
-	if o.Algorithm != "" {
-		r.Algorithm = o.Algorithm
-	}
-	if r.Algorithm != floodgate.TokenBucket && r.Algorithm != "" {
-		r.Refill = ""
-	}
-	if r.Algorithm != floodgate.SlidingSubwindow {
-		r.Granularity = 0
-	}
-	if r.Algorithm != floodgate.SlidingLog {
-		r.CountRejected = false
-	}
-	return r
-}
+func (o Override) Apply(r floodgate.Rule) floodgate.Rule { return o.numbers().Apply(r) }
 
 // A Store keeps overrides. Implementations are safe for concurrent use.
 type Store interface {
@@ -388,4 +373,33 @@ func decodeValue(domain, key string, b []byte) (Override, error) {
 	}
 	o.Algorithm, o.Note = floodgate.Algorithm(alg), note
 	return o, nil
+}
+
+// Lookup adapts s to the rules decider's lookups (nil for a nil s).
+func Lookup(s Store) decide.Overrides {
+	if s == nil {
+		return nil
+	}
+	return lookup{s}
+}
+
+type lookup struct{ s Store }
+
+func (l lookup) Lookup(ctx context.Context, domain, key string) (decide.Override, bool, error) {
+	o, ok, err := l.s.Get(ctx, domain, key)
+	return o.numbers(), ok, err
+}
+
+// MayHave reports whether domain may have overrides (true when the store
+// cannot say).
+func (l lookup) MayHave(domain string) bool {
+	if k, ok := l.s.(interface{ MayHave(string) bool }); ok {
+		return k.MayHave(domain)
+	}
+	return true
+}
+
+// numbers is o's numbers, as the decider applies them.
+func (o Override) numbers() decide.Override {
+	return decide.Override{Limit: o.Limit, Period: o.Period, Burst: o.Burst, Algorithm: o.Algorithm}
 }

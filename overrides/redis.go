@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/internal/decide"
 )
 
 // Redis keeps overrides in Redis, so every instance of the service sees
@@ -302,7 +304,7 @@ func (r *Redis) watchOnce(ctx context.Context, ch string, onChange func(domain, 
 			msg := m.Message
 			switch msg[0] {
 			case 'k':
-				dom, key, ok := strings.Cut(msg[1:], "\x00")
+				dom, key, ok := decide.SplitStoreKey(msg[1:]) // the script writes the store key's form
 				if ok {
 					guard(func() { onChange(dom, key) })
 				}

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -465,7 +466,7 @@ func (s *Service) adminGet(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), boundKey(r.PathValue("key")))
+	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), decide.BoundKey(r.PathValue("key")))
 	switch {
 	case err != nil:
 		s.storeError(w, r, err)
@@ -487,7 +488,7 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// a key over MaxKeyBytes is stored as decisions look it up
-	o.Domain, o.Key, o.Updated = r.PathValue("domain"), boundKey(r.PathValue("key")), time.Now().UTC()
+	o.Domain, o.Key, o.Updated = r.PathValue("domain"), decide.BoundKey(r.PathValue("key")), time.Now().UTC()
 	if err := o.Validate(); err != nil {
 		httpError(w, http.StatusBadRequest, "override: %v", err)
 		return
@@ -522,7 +523,7 @@ func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	domain, key := r.PathValue("domain"), boundKey(r.PathValue("key"))
+	domain, key := r.PathValue("domain"), decide.BoundKey(r.PathValue("key"))
 	s.adminMu.Lock() // as adminPut
 	defer s.adminMu.Unlock()
 	before, had, err := st.Get(r.Context(), domain, key)
@@ -564,13 +565,13 @@ func (s *Service) carry(ctx context.Context, domain, rawKey string, from, to *ov
 		return
 	}
 	m := cfg.Match(domain, entries)
-	key := boundKey(rawKey)
-	if m == nil || m.Limit.Policy == nil || boundKey(m.Key) != key {
+	key := decide.BoundKey(rawKey)
+	if m == nil || m.Limit.Policy == nil || decide.BoundKey(m.Key) != key {
 		return
 	}
 	policy := func(o *overrides.Override) *floodgate.Policy {
 		if o != nil {
-			if p, err := s.overridePolicy(domain, m.Limit, *o); err == nil {
+			if p, err := s.dec.OverridePolicy(domain, m.Limit, numbers(*o)); err == nil {
 				return p
 			}
 		}
@@ -580,7 +581,7 @@ func (s *Service) carry(ctx context.Context, domain, rawKey string, from, to *ov
 	if fp == tp {
 		return
 	}
-	if err := mv.Move(ctx, s.opts.Clock.NowMicro(), fp, tp, domain+"\x00"+key); err != nil {
+	if err := mv.Move(ctx, s.opts.Clock.NowMicro(), fp, tp, decide.StoreKey(domain, key)); err != nil {
 		s.opts.Logger.Warn("overrides: could not carry a key's count to its new limit; it starts afresh", "domain", domain, "key", key, "err", err)
 	}
 }
@@ -596,10 +597,10 @@ func (s *Service) checkOverride(o overrides.Override, key string) error {
 		return nil
 	}
 	m := cfg.Match(o.Domain, entries)
-	if m == nil || boundKey(m.Key) != o.Key {
+	if m == nil || decide.BoundKey(m.Key) != o.Key {
 		return nil
 	}
-	if _, err := s.overridePolicy(o.Domain, m.Limit, o); err != nil {
+	if _, err := s.dec.OverridePolicy(o.Domain, m.Limit, numbers(o)); err != nil {
 		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %v", m.Limit.Name, key, err)
 	}
 	return nil
@@ -610,21 +611,30 @@ type keyRequest struct {
 	Entries []rules.Entry `json:"entries"`
 }
 
-func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgate.OpKind) {
-	var kr keyRequest
+// readKeyRequest reads an admin key call's body: one JSON object, no
+// unknown field. It answers a bad one itself (ok false).
+func readKeyRequest(w http.ResponseWriter, r *http.Request) (kr keyRequest, ok bool) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&kr); err != nil {
 		bodyError(w, "body", err)
-		return
+		return kr, false
 	}
 	// anything after the object would be a second key, silently not reset
 	if _, err := dec.Token(); err != io.EOF {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			bodyError(w, "body", err)
-			return
+			return kr, false
 		}
 		httpError(w, http.StatusBadRequest, "body: more after the JSON object; one key a request")
+		return kr, false
+	}
+	return kr, true
+}
+
+func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgate.OpKind) {
+	kr, ok := readKeyRequest(w, r)
+	if !ok {
 		return
 	}
 	cfg := s.rules.Load()
@@ -653,14 +663,14 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 		httpError(w, http.StatusNotFound, "no limit applies to that descriptor")
 		return
 	}
-	key := boundKey(m.Key) // as decisions store it
-	if m.Limit.Blocked {   // requests_per_unit 0: nothing is counted, everything refused
+	key := decide.BoundKey(m.Key) // as decisions store it
+	if m.Limit.Blocked {          // requests_per_unit 0: nothing is counted, everything refused
 		writeJSON(w, map[string]any{"limit": m.Limit.Name, "key": key, "allowed": false, "remaining": 0, "blocked": true})
 		return
 	}
 	// the key's override, if it has one, holds its state: inspect or reset that
-	p := s.keyPolicy(r.Context(), kr.Domain, m.Limit, key)
-	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: kr.Domain + "\x00" + key, Kind: kind})
+	p := s.dec.KeyPolicy(r.Context(), kr.Domain, m.Limit, key)
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind})
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
 		return
@@ -696,4 +706,9 @@ func Drain(ctx context.Context, stop func(), force func()) {
 	case <-ctx.Done():
 		force()
 	}
+}
+
+// numbers is o's numbers, as the decider applies them.
+func numbers(o overrides.Override) decide.Override {
+	return decide.Override{Limit: o.Limit, Period: o.Period, Burst: o.Burst, Algorithm: o.Algorithm}
 }

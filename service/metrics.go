@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/rules"
 )
 
@@ -235,7 +236,7 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		// makes it, and the summary holds trackedValues of them per rule
 		// (megabyte values held hundreds of megabytes, and each scrape
 		// wrote them all out again)
-		m.detailed.add(domain, l.Name, boundKey(statKey), d.Allowed)
+		m.detailed.add(domain, l.Name, decide.BoundKey(statKey), d.Allowed)
 	}
 }
 

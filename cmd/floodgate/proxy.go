@@ -23,6 +23,7 @@ import (
 
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
 )
@@ -179,6 +180,14 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	}
 	store, ready := st.store, st.ready
 	closeFns := []func() error{st.close}
+	// Overrides: where serve keeps them (on Redis, the same), for the
+	// rules-file limits and the admin API.
+	ovr, err := c.openOverrides(st, "proxy-overrides.db")
+	if err != nil {
+		st.close()
+		return err
+	}
+	closeFns = append(closeFns, ovr.Close)
 
 	// The gate, rebuilt on every reload; state lives in the store.
 	fp := newFastProxy(up, trusted, c.xRateLimit, log, pm, proxyTimeouts{upstream: c.upstreamTimeout, body: c.bodyTimeout})
@@ -188,7 +197,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 			return err
 		}
 		g, err := gate.New(gate.Config{
-			Limits: limits, Store: store, Rules: cfg, FailClosed: c.failClosed, Logger: log,
+			Limits: limits, Store: store, Rules: cfg, Overrides: overrides.Lookup(ovr), FailClosed: c.failClosed, Logger: log,
 			Clock:    watchingClock{clock.Coarse}, // a delay ends early when its client leaves
 			ClientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix},
 		})
@@ -207,7 +216,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	}
 	// The admin API: the service's (rules, keys) on the same store and
 	// rules, plus bans.
-	svc := service.New(cfg, service.Options{Store: store, Metrics: metrics, Logger: log})
+	svc := service.New(cfg, service.Options{Store: store, Overrides: ovr, Metrics: metrics, Logger: log})
 	loader.svc = svc
 
 	admin := http.NewServeMux()

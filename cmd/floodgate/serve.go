@@ -183,23 +183,10 @@ func (c *serveConfig) openStores(log *slog.Logger, metrics *service.Metrics) (*s
 		return nil, err
 	}
 	s := &serveStores{store: st.store, ready: st.ready, closers: []func() error{st.close}}
-	var ovr overrides.Store
-	if st.redis == nil {
-		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, "overrides.db"))
-		if err != nil {
-			return nil, err
-		}
-		ovr = b
-	} else {
-		ovr = overrides.NewRedis(st.redis.Client(), "floodgate-overrides")
+	cache, err := c.openOverrides(st, "overrides.db")
+	if err != nil {
+		return nil, err
 	}
-	// Over Redis, other instances' changes arrive by pub/sub; the TTL is a
-	// backstop. Bolt is written only through this cache: no TTL needed.
-	ttl := time.Duration(0)
-	if _, onRedis := ovr.(*overrides.Redis); onRedis {
-		ttl = 30 * time.Second
-	}
-	cache := overrides.NewCache(ovr, 1<<16, ttl)
 	s.overrides, s.closers = cache, append(s.closers, cache.Close) // closes the store under it too
 	return s, nil
 }
@@ -579,4 +566,27 @@ func listenAddr(addr string) (net.Listener, error) {
 		}
 	}
 	return net.Listen("unix", path)
+}
+
+// openOverrides opens where overrides live, behind a cache (which closes
+// the store under it): with a Redis store, on that Redis, shared by every
+// serve and proxy on it; else a Bolt file of the data directory.
+func (c *commonConfig) openOverrides(st *openedStore, boltFile string) (*overrides.Cache, error) {
+	var ovr overrides.Store
+	if st.redis == nil {
+		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, boltFile))
+		if err != nil {
+			return nil, err
+		}
+		ovr = b
+	} else {
+		ovr = overrides.NewRedis(st.redis.Client(), "floodgate-overrides")
+	}
+	// Over Redis, other instances' changes arrive by pub/sub; the TTL is a
+	// backstop. Bolt is written only through this cache: no TTL needed.
+	ttl := time.Duration(0)
+	if _, onRedis := ovr.(*overrides.Redis); onRedis {
+		ttl = 30 * time.Second
+	}
+	return overrides.NewCache(ovr, 1<<16, ttl), nil
 }
