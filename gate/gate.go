@@ -176,7 +176,7 @@ type Config struct {
 	// Overrides gives keys of a Rules domain their own limits, as it does
 	// in floodgate serve (overrides.Lookup adapts an overrides.Store); nil:
 	// none.
-	Overrides Overrides
+	Overrides rules.Overrides
 	// Remote, when set, asks a rate limit service instead of the store
 	// (gate/remote.New). Ban and Delay actions need the local engine.
 	Remote Remote
@@ -195,9 +195,6 @@ type Config struct {
 	// line a second); default slog.Default().
 	Logger *slog.Logger
 }
-
-// Overrides finds per-key overrides of a rules file's limits.
-type Overrides = decide.Overrides
 
 // Gate decides requests against a set of limits. It is safe for
 // concurrent use.

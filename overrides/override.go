@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/rules"
 )
 
 // Size limits of an override's strings, in bytes.
@@ -376,7 +376,7 @@ func decodeValue(domain, key string, b []byte) (Override, error) {
 }
 
 // Lookup adapts s to the rules decider's lookups (nil for a nil s).
-func Lookup(s Store) decide.Overrides {
+func Lookup(s Store) rules.Overrides {
 	if s == nil {
 		return nil
 	}
@@ -385,7 +385,7 @@ func Lookup(s Store) decide.Overrides {
 
 type lookup struct{ s Store }
 
-func (l lookup) Lookup(ctx context.Context, domain, key string) (decide.Override, bool, error) {
+func (l lookup) Lookup(ctx context.Context, domain, key string) (rules.Override, bool, error) {
 	o, ok, err := l.s.Get(ctx, domain, key)
 	return o.numbers(), ok, err
 }
@@ -400,6 +400,6 @@ func (l lookup) MayHave(domain string) bool {
 }
 
 // numbers is o's numbers, as the decider applies them.
-func (o Override) numbers() decide.Override {
-	return decide.Override{Limit: o.Limit, Period: o.Period, Burst: o.Burst, Algorithm: o.Algorithm}
+func (o Override) numbers() rules.Override {
+	return rules.Override{Limit: o.Limit, Period: o.Period, Burst: o.Burst, Algorithm: o.Algorithm}
 }

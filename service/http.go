@@ -709,6 +709,6 @@ func Drain(ctx context.Context, stop func(), force func()) {
 }
 
 // numbers is o's numbers, as the decider applies them.
-func numbers(o overrides.Override) decide.Override {
-	return decide.Override{Limit: o.Limit, Period: o.Period, Burst: o.Burst, Algorithm: o.Algorithm}
+func numbers(o overrides.Override) rules.Override {
+	return rules.Override{Limit: o.Limit, Period: o.Period, Burst: o.Burst, Algorithm: o.Algorithm}
 }

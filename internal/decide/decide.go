@@ -46,7 +46,7 @@ func badRequest(format string, args ...any) error {
 type Options struct {
 	// Overrides holds per-key overrides (may be nil). A lookup gives up
 	// after OverrideTimeout (default 50ms) and the rule decides.
-	Overrides       Overrides
+	Overrides       rules.Overrides
 	OverrideTimeout time.Duration
 	// ShadowMode puts every limit in shadow mode.
 	ShadowMode bool

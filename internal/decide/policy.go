@@ -11,52 +11,15 @@ import (
 	"github.com/floodgate/floodgate/rules"
 )
 
-// An Override gives one key of a domain its own numbers, in place of one
-// rule of its matched limit.
-type Override struct {
-	Limit     int64
-	Period    time.Duration
-	Burst     int64               // 0: Limit
-	Algorithm floodgate.Algorithm // "": the rule's
-}
-
-// Apply returns r with the override's numbers (and algorithm, if it has
-// one), dropping what no longer applies to it.
-func (o Override) Apply(r floodgate.Rule) floodgate.Rule {
-	r.Limit, r.Period, r.Burst = o.Limit, o.Period, o.Burst
-	r.Calendar, r.Location, r.WeekStart = "", nil, 0
-	if o.Algorithm != "" {
-		r.Algorithm = o.Algorithm
-	}
-	if r.Algorithm != floodgate.TokenBucket && r.Algorithm != "" {
-		r.Refill = ""
-	}
-	if r.Algorithm != floodgate.SlidingSubwindow {
-		r.Granularity = 0
-	}
-	if r.Algorithm != floodgate.SlidingLog {
-		r.CountRejected = false
-	}
-	return r
-}
-
-// Overrides finds per-key overrides (package overrides adapts its stores:
-// overrides.Lookup). It may also have a MayHave(domain string) bool
-// method, false when domain has none: then no lookup is made.
-type Overrides interface {
-	// Lookup returns key's override in domain, and whether there is one.
-	Lookup(ctx context.Context, domain, key string) (Override, bool, error)
-}
-
 // override looks up key's override within OverrideTimeout. After a failed
 // lookup (the overrides' store down, say) it does not ask again for a
 // second, so requests do not each pay the timeout: the rules decide.
-func (d *Decider) override(ctx context.Context, domain, key string) (Override, bool, error) {
+func (d *Decider) override(ctx context.Context, domain, key string) (rules.Override, bool, error) {
 	if t := d.overrideFailed.Load(); t != 0 && time.Since(time.Unix(0, t)) < time.Second {
-		return Override{}, false, nil
+		return rules.Override{}, false, nil
 	}
 	if k, ok := d.opts.Overrides.(interface{ MayHave(string) bool }); ok && !k.MayHave(domain) {
-		return Override{}, false, nil // no lookup, and no context for one
+		return rules.Override{}, false, nil // no lookup, and no context for one
 	}
 	lctx := withLazyTimeout(ctx, d.opts.OverrideTimeout)
 	o, ok, err := d.opts.Overrides.Lookup(lctx, domain, key)
@@ -139,7 +102,7 @@ func (d *Decider) KeyPolicy(ctx context.Context, domain string, l *rules.Limit, 
 
 // OverridePolicy returns the policy of an override of l in domain (see
 // overridePolicy); the admin API moves a key's state onto it.
-func (d *Decider) OverridePolicy(domain string, l *rules.Limit, o Override) (*floodgate.Policy, error) {
+func (d *Decider) OverridePolicy(domain string, l *rules.Limit, o rules.Override) (*floodgate.Policy, error) {
 	return d.overridePolicy(domain, l, o)
 }
 
@@ -148,7 +111,7 @@ func (d *Decider) OverridePolicy(domain string, l *rules.Limit, o Override) (*fl
 // the rule whose window is the override's period when there is one (an
 // override of 50 per second on "100 per second and 5 per hour" keeps the
 // hourly rule), else the first rule. The other rules still apply.
-func (d *Decider) overridePolicy(domain string, l *rules.Limit, o Override) (*floodgate.Policy, error) {
+func (d *Decider) overridePolicy(domain string, l *rules.Limit, o rules.Override) (*floodgate.Policy, error) {
 	if l.Policy == nil {
 		return nil, errors.New("the matched limit is unlimited")
 	}
