@@ -1213,6 +1213,11 @@ func (o *Outcome) applyBan(decs []floodgate.Decision, ops, banOps []floodgate.Op
 		o.Decision.Allowed = false
 		o.Decision.RetryAfter = max(o.Decision.RetryAfter, until)
 	}
+	if o.Banned {
+		// The ban decides: its quota is spent, whatever the limit's.
+		d := &o.Decision
+		d.Limit, d.Remaining, d.Reason, d.ResetAfter = l.Ban.Threshold, 0, floodgate.ReasonLimited, d.RetryAfter
+	}
 	return banOps
 }
 

@@ -634,3 +634,25 @@ func configOf(t *testing.T, name, yaml string) *rules.Config {
 	}
 	return cfg
 }
+
+// A banned key's outcome carries the ban's numbers, as its headers do:
+// nothing remains of the ban's quota, whatever the limit's (what
+// httplimit's Options.Render reads).
+func TestBannedOutcomeSaysBan(t *testing.T) {
+	clk := clock.NewManual(t0)
+	p := policy(t, "b", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1000, Period: time.Hour})
+	g := newGate(t, clk, Limit{Name: "b", Policy: p, Key: []Part{IP()}, Action: Ban, Ban: BanRule{Threshold: 3, Interval: time.Minute, Duration: time.Minute}})
+	for i := 1; i <= 5; i++ {
+		v := check(g, httpReq("192.0.2.1:1", "/"))
+		d := v.Deciding.Decision
+		if i <= 3 {
+			if !v.Allowed || d.Remaining != int64(1000-i) {
+				t.Fatalf("request %d: allowed %v, remaining %d; want admitted, %d", i, v.Allowed, d.Remaining, 1000-i)
+			}
+			continue
+		}
+		if v.Allowed || !v.Deciding.Banned || d.Remaining != 0 || d.Limit != 3 || d.RetryAfter != 2*time.Minute || d.Reason != floodgate.ReasonLimited {
+			t.Fatalf("request %d: allowed %v banned %v, decision %+v; want the ban's: 0 of 3 left, retry after 2m", i, v.Allowed, v.Deciding.Banned, d)
+		}
+	}
+}

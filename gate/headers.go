@@ -91,7 +91,7 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 	switch {
 	case o.Banned && o.l.banThresh != nil:
 		// The ban refused: its quota is spent, whatever the limit's.
-		name, remaining, limit = sfName(o.l.Name+"/ban"), 0, o.l.Ban.Threshold
+		name = sfName(o.l.Name + "/ban") // Decision has the ban's numbers (applyBan)
 	case o.ruleLm != nil && o.policy != nil && len(o.policy.Rules()) > 1:
 		name = sfName(d.Rule) // each rule is named in RateLimit-Policy, as the service names it
 	}
