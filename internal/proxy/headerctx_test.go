@@ -9,4 +9,3 @@ func TestHeaderCtx(t *testing.T) {
 		t.Fatal("HeaderReceived's header is not its RequestCtx's: the gate would wait for the first 8 KiB of each body")
 	}
 }
-
