@@ -11,8 +11,13 @@ import (
 )
 
 // peerListener remembers each connection's remote address as a string,
-// once per connection, for the gate's Request.Peer.
-type peerListener struct{ net.Listener }
+// once per connection, for the gate's Request.Peer. scan: its connections
+// check the line endings of request headers (peerConn.Read), which needs
+// the HeaderReceived hook to tell a header from a body.
+type peerListener struct {
+	net.Listener
+	scan bool
+}
 
 type peerConn struct {
 	net.Conn
@@ -31,35 +36,100 @@ type peerConn struct {
 	gctx connContext
 	// readErr is the last error a read of the connection returned.
 	readErr error
+
+	// header is where the connection is in reading a request's header
+	// (Read checks its line endings: scanHeader); lineLen is the length
+	// of the line being read, last the last byte read; bareLF: a line
+	// ended in a bare LF.
+	header  headerState
+	lineLen int
+	last    byte
+	bareLF  bool
 }
+
+// headerState is where a connection is in reading a request's header.
+type headerState uint8
+
+const (
+	headerUnchecked headerState = iota // the line endings are not checked here
+	headerAwaited                      // the next bytes are a header's
+	headerRead                         // its end has been read (a body follows)
+)
 
 // pendingVerdict is what headerReceived decided of a connection's current
 // request, for the handler (serve) or, if its body fails first, the error
 // handler (requestError).
 type pendingVerdict struct {
-	set    bool
-	v      *gate.Verdict // nil with noHost
-	noHost bool          // refused before the gate: HTTP/1.1 without a Host
+	set bool
+	v   *gate.Verdict // nil with bad
+	bad *badRequest   // refused before the gate (checkRequest)
 	// skipped: a refused request's body was left unread (fasthttp was
 	// told it has none): the connection closes after the answer.
 	skipped bool
 }
 
-// Read hands out what watch read ahead first.
+// Read hands out what watch read ahead first. While a header is awaited,
+// it checks its line endings (scanHeader): once a line ended in a bare LF,
+// a read for more of that header fails with errBareLF, for fasthttp waits
+// for a CRLF CRLF that may never come.
 func (c *peerConn) Read(b []byte) (int, error) {
+	if c.bareLF && c.header == headerAwaited {
+		return 0, errBareLF
+	}
 	if len(c.stash) > 0 {
 		n := copy(b, c.stash)
 		c.stash = c.stash[n:]
 		if len(c.stash) == 0 {
 			c.stash = nil
 		}
+		c.scanHeader(b[:n])
 		return n, nil
 	}
 	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.scanHeader(b[:n])
+	}
 	if err != nil {
 		c.readErr = err
 	}
 	return n, err
+}
+
+// scanHeader checks the line endings of what was read while a header is
+// awaited, up to the header's blank line. (A blank line before a request
+// line, which RFC 9112 lets a server skip, ends the check early;
+// checkRequest then reads the header's own lines again.)
+func (c *peerConn) scanHeader(b []byte) {
+	if c.header == headerAwaited {
+	scan:
+		for _, ch := range b {
+			switch ch {
+			case '\n':
+				if c.last != '\r' {
+					c.bareLF = true
+					break scan
+				}
+				if c.lineLen == 0 {
+					c.header = headerRead
+					break scan
+				}
+				c.lineLen = 0
+			case '\r':
+			default:
+				c.lineLen++
+			}
+			c.last = ch
+		}
+	}
+	c.last = b[len(b)-1]
+}
+
+// awaitHeader says the next bytes read are a request's header: its end
+// is read when the response has been written (serve, requestError).
+func (c *peerConn) awaitHeader() {
+	if c.header != headerUnchecked {
+		c.header, c.lineLen, c.bareLF = headerAwaited, 0, false
+	}
 }
 
 // setReadDeadlineNow sets a read deadline of d from now (0: none), without
@@ -168,7 +238,11 @@ func (l peerListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newPeerConn(c), nil
+	pc := newPeerConn(c)
+	if l.scan {
+		pc.header = headerAwaited
+	}
+	return pc, nil
 }
 
 func newPeerConn(c net.Conn) *peerConn {

@@ -127,7 +127,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict)
 			// it lasts, each read within --client-body-timeout of the
 			// last (flushingReader), and each read is sent on at once
 			// (fasthttp would keep the tail of each in its buffer until
-			// the next).
+			// the next: hcStream, flushingReader.WriteTo).
 			pc.setReadDeadlineNow(p.timeouts.body)
 			streamed = true
 			out = fasthttp.AcquireRequest()
@@ -140,7 +140,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict)
 		}
 	}
 	resp := &ctx.Response
-	if err := p.hc.Do(out, resp); err != nil {
+	hc := p.hc
+	if streamed && req.Header.ContentLength() >= 0 {
+		hc = p.hcStream
+	}
+	if err := hc.Do(out, resp); err != nil {
 		if streamed {
 			ctx.SetConnectionClose() // what is left of the body is not a request
 		}
@@ -243,8 +247,10 @@ func (f *flushingReader) read(p []byte) (int, error) {
 // Read is read, for fasthttp's chunked writer.
 func (f *flushingReader) Read(p []byte) (int, error) { return f.read(p) }
 
-// WriteTo copies the body to w, flushing after each read, for fasthttp's
-// writer of a body of known length.
+// WriteTo copies the body to w read by read, for fasthttp's writer of a
+// body of known length, flushing after each read where w can (fasthttp
+// 1.58's could; 1.78's cannot, and hcStream's 1-byte buffer flushes
+// instead).
 func (f *flushingReader) WriteTo(w io.Writer) (int64, error) {
 	fl, _ := w.(interface{ Flush() error })
 	bp := copyBufs.Get().(*[]byte)

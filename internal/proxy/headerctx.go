@@ -12,6 +12,15 @@ import (
 )
 
 // headerCtxOffset is where a RequestCtx holds its request's header.
+//
+// This is the proxy's one reach into fasthttp's insides: its
+// HeaderReceived hook is given the header alone (still so in 1.78), and
+// fasthttp has no public way from it to the request's connection and
+// URI, which the gate needs before the body is read. It is checked three
+// ways: a field renamed fails the build; TestHeaderCtxLayout fails the day
+// a RequestCtx stops holding its Request, or a Request its Header, by
+// value; and headerCtxWorks probes it at start, the gate then moving to
+// the handler where it fails.
 var headerCtxOffset = unsafe.Offsetof((*fasthttp.RequestCtx)(nil).Request) + unsafe.Offsetof((*fasthttp.Request)(nil).Header)
 
 // ctxOfHeader returns the RequestCtx whose request's header h is: the
@@ -30,7 +39,7 @@ var (
 )
 
 // headerCtxWorks reports whether this fasthttp gives HeaderReceived the
-// header of the RequestCtx its handler then gets (as fasthttp 1.58's
+// header of the RequestCtx its handler then gets (as fasthttp 1.58's to 1.78's
 // serveConn does), checked once on a request served over net.Pipe by
 // comparing addresses, never dereferencing a guess. Where it does not,
 // the gate runs in the handler, after fasthttp has read up to 8 KiB of a

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"unsafe"
@@ -48,13 +49,10 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	pend := pc.pend
 	pc.pend = pendingVerdict{}
 	if !pend.set {
-		pend.v, pend.noHost = p.decide(ctx, pc)
+		pend.v, pend.bad = p.decide(ctx, pc)
 	}
-	if pend.noHost {
-		ctx.Response.SetStatusCode(fasthttp.StatusBadRequest)
-		ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
-		ctx.Response.SetBodyString("floodgate proxy: an HTTP/1.1 request needs one Host header\n")
-		ctx.SetConnectionClose()
+	if pend.bad != nil {
+		pend.bad.answer(ctx)
 		return
 	}
 	v := pend.v
@@ -68,63 +66,21 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose() // after forward, whose upstream response replaced ours
 	}
 	verdicts.Put(v)
-}
-
-// hostLines counts the Host lines of a request's raw header.
-func hostLines(raw []byte) int {
-	n := 0
-	for len(raw) > 0 {
-		line := raw
-		if i := indexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if len(line) >= 5 && line[4] == ':' && eqFold(line[:4], "Host") {
-			n++
-		}
+	if !ctx.Hijacked() {
+		pc.awaitHeader() // the body has been read: what comes next is a header
 	}
-	return n
-}
-
-// ambiguousFraming reports whether a chunked request also had a
-// Content-Length, or came as HTTP/1.0: fasthttp reads the chunked body
-// (and sends only that on), but a server in front of the proxy may have
-// framed it by its Content-Length, and what it took for the next request
-// is then part of this one's body. RFC 9112 (6.1, 6.3) wants the
-// connection closed after the answer, so nothing is read past a framing
-// two servers may disagree on.
-func ambiguousFraming(h *fasthttp.RequestHeader) bool {
-	if h.ContentLength() != -1 {
-		return false
-	}
-	if !h.IsHTTP11() {
-		return true
-	}
-	found := false
-	h.VisitAllInOrder(func(key, _ []byte) {
-		found = found || eqFold(key, "Content-Length")
-	})
-	return found
 }
 
 // decide runs the gate on a request's header (waiting out a delay
-// action) and counts its verdict; noHost (and no verdict) for an HTTP/1.1
-// request without a Host, or any request with two.
-func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict, noHost bool) {
-	if hostLines(ctx.Request.Header.RawHeaders()) > 1 {
-		// two Hosts (RFC 9112, 3.2: 400): fasthttp keeps the last, a
-		// server in front of the proxy may have routed by the first
-		return nil, true
+// action) and counts its verdict; or, for a request the proxy must not
+// forward (checkRequest), returns why, and no verdict.
+func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict, bad *badRequest) {
+	if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
+		return nil, bad
 	}
 	if len(ctx.Request.Header.Host()) == 0 {
-		// HTTP/1.1 requires a Host (RFC 9112, 3.2): a request without
-		// one is the client's error, not the upstream's. HTTP/1.0 may
-		// leave it out; it goes on with the upstream's own, as nginx
-		// sends it.
-		if ctx.Request.Header.IsHTTP11() {
-			return nil, true
-		}
+		// HTTP/1.0 may leave the Host out; the request goes on with the
+		// upstream's own, as nginx sends it.
 		ctx.Request.Header.SetHost(p.up.Host)
 	}
 	rv := reqViews.Get().(*reqView)
@@ -142,7 +98,7 @@ func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict,
 	if v.Err == errClientGone {
 		p.clientErrs[reasonGoneWhileDelayed].Inc()
 	}
-	return v, false
+	return v, nil
 }
 
 // headerReceived is the server's HeaderReceived hook: it runs the gate as
@@ -163,10 +119,13 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	if !ok {
 		return fasthttp.RequestConfig{} // the handler decides
 	}
-	v, noHost := p.decide(ctx, pc)
-	pc.pend = pendingVerdict{set: true, v: v, noHost: noHost}
+	if pc.header != headerUnchecked {
+		pc.header = headerRead // what Read reads now is the body's
+	}
+	v, bad := p.decide(ctx, pc)
+	pc.pend = pendingVerdict{set: true, v: v, bad: bad}
 	hasBody := h.ContentLength() > 0 || h.ContentLength() == -1 // -1: chunked
-	if noHost || !v.Allowed {
+	if bad != nil || !v.Allowed {
 		if hasBody {
 			h.SetContentLength(0) // and no Transfer-Encoding
 			pc.pend.skipped = true
@@ -185,7 +144,15 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 // decided on its header failed in its body, the client's doing, and is
 // counted so.
 func (p *Proxy) requestError(ctx *fasthttp.RequestCtx, err error) {
-	if pc, ok := ctx.Conn().(*peerConn); ok && pc.pend.set {
+	pc, _ := ctx.Conn().(*peerConn)
+	if pc != nil {
+		defer pc.awaitHeader()
+	}
+	if bad, ok := errors.AsType[*badRequest](err); ok {
+		bad.answer(ctx) // a bare LF (peerConn.Read)
+		return
+	}
+	if pc != nil && pc.pend.set {
 		if pc.pend.v != nil {
 			verdicts.Put(pc.pend.v)
 		}

@@ -72,8 +72,11 @@ type Proxy struct {
 	upQuery string
 	dialer  *net.Dialer
 	hc      *fasthttp.HostClient
-	srv     *fasthttp.Server
-	log     *slog.Logger
+	// hcStream sends the requests whose body of known length streams
+	// (hostClient).
+	hcStream *fasthttp.HostClient
+	srv      *fasthttp.Server
+	log      *slog.Logger
 
 	pm       *Metrics
 	passed   prometheus.Counter
@@ -150,7 +153,8 @@ func New(cfg Config) (*Proxy, error) {
 	if ep := up.EscapedPath(); (ep != "" && ep != "/") || up.RawQuery != "" {
 		p.rewrite, p.upPath, p.upQuery = true, ep, up.RawQuery
 	}
-	p.hc = p.hostClient()
+	p.hc = p.hostClient(16 << 10)
+	p.hcStream = p.hostClient(1)
 	p.srv = p.server()
 	return p, nil
 }
@@ -162,7 +166,9 @@ func (p *Proxy) SetGate(g *gate.Gate) { p.gate.Store(g) }
 func (p *Proxy) Gate() *gate.Gate { return p.gate.Load() }
 
 // Serve serves the proxy on l until Shutdown.
-func (p *Proxy) Serve(l net.Listener) error { return p.srv.Serve(peerListener{l}) }
+func (p *Proxy) Serve(l net.Listener) error {
+	return p.srv.Serve(peerListener{Listener: l, scan: p.early})
+}
 
 // Shutdown stops the server as fasthttp's ShutdownWithContext does (its
 // idle connections closed at once, the others after their request), then
@@ -170,6 +176,7 @@ func (p *Proxy) Serve(l net.Listener) error { return p.srv.Serve(peerListener{l}
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.srv.ShutdownWithContext(ctx)
 	p.hc.CloseIdleConnections()
+	p.hcStream.CloseIdleConnections()
 	return err
 }
 

@@ -11,8 +11,15 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// hostClient returns the client of the upstream's connections.
-func (p *Proxy) hostClient() *fasthttp.HostClient {
+// hostClient returns a client of the upstream's connections whose write
+// buffer holds writeBuf bytes. The requests whose body of known length
+// streams go through one of 1 byte: fasthttp (since 1.7x) writes such a
+// body through a writer that flushes only a full buffer, and the tail of
+// each read would wait there for the next read, which a client that waits
+// for an answer before sending more never sends. Through a 1-byte buffer
+// every write goes to the connection at once. (A chunked body is flushed
+// chunk by chunk; see flushingReader.)
+func (p *Proxy) hostClient(writeBuf int) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:  p.upAddr,
 		IsTLS: p.upTLS != nil,
@@ -36,7 +43,7 @@ func (p *Proxy) hostClient() *fasthttp.HostClient {
 		MaxIdleConnDuration:           60 * time.Second,
 		MaxIdemponentCallAttempts:     2,
 		ReadBufferSize:                maxHeaderBytes,
-		WriteBufferSize:               16 << 10,
+		WriteBufferSize:               writeBuf,
 		MaxResponseBodySize:           maxBufferedBody,
 		StreamResponseBody:            true,
 		DisablePathNormalizing:        true, // pass the path as the client sent it
