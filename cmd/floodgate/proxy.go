@@ -151,8 +151,25 @@ func (c *proxyConfig) parse() (*proxyParsed, error) {
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return nil, fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host", c.upstream)
 	}
+	trusted, err := parseTrusted(c.trusted)
+	if err != nil {
+		return nil, err
+	}
+	ipHeaders, err := parseIPHeaders(c.clientIPHeaders)
+	if err != nil {
+		return nil, err
+	}
+	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
+		return nil, fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
+	}
+	return &proxyParsed{upstream: up, clientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix}}, nil
+}
+
+// parseTrusted parses --trusted-proxies: comma-separated CIDRs or
+// addresses.
+func parseTrusted(list string) ([]netip.Prefix, error) {
 	var trusted []netip.Prefix
-	for _, s := range strings.Split(c.trusted, ",") {
+	for _, s := range strings.Split(list, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
@@ -166,8 +183,13 @@ func (c *proxyConfig) parse() (*proxyParsed, error) {
 		}
 		trusted = append(trusted, p)
 	}
+	return trusted, nil
+}
+
+// parseIPHeaders parses --client-ip-header.
+func parseIPHeaders(list string) ([]string, error) {
 	var ipHeaders []string
-	for _, h := range strings.Split(c.clientIPHeaders, ",") {
+	for _, h := range strings.Split(list, ",") {
 		h = strings.TrimSpace(h)
 		switch strings.ToLower(h) {
 		case "x-forwarded-for", "forwarded", "x-real-ip":
@@ -176,10 +198,7 @@ func (c *proxyConfig) parse() (*proxyParsed, error) {
 			return nil, fmt.Errorf("--client-ip-header: %q: want X-Forwarded-For, Forwarded or X-Real-IP", h)
 		}
 	}
-	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
-		return nil, fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
-	}
-	return &proxyParsed{upstream: up, clientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix}}, nil
+	return ipHeaders, nil
 }
 
 // gateBuilder returns the rules loader's onLoad: it builds the gate of a
