@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"time"
@@ -39,8 +40,8 @@ type peerConn struct {
 
 	// header is where the connection is in reading a request's header
 	// (Read checks its line endings: scanHeader); lineLen is the length
-	// of the line being read, last the last byte read; bareLF: a line
-	// ended in a bare LF.
+	// of the line being read (its bytes so far, a CR included), last the
+	// last byte read; bareLF: a line ended in a bare LF.
 	header  headerState
 	lineLen int
 	last    byte
@@ -101,24 +102,25 @@ func (c *peerConn) Read(b []byte) (int, error) {
 // checkRequest then reads the header's own lines again.)
 func (c *peerConn) scanHeader(b []byte) {
 	if c.header == headerAwaited {
-	scan:
-		for _, ch := range b {
-			switch ch {
-			case '\n':
-				if c.last != '\r' {
-					c.bareLF = true
-					break scan
-				}
-				if c.lineLen == 0 {
-					c.header = headerRead
-					break scan
-				}
-				c.lineLen = 0
-			case '\r':
-			default:
-				c.lineLen++
+		rest, prev := b, c.last
+		for {
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				c.lineLen += len(rest)
+				break
 			}
-			c.last = ch
+			if i > 0 {
+				prev = rest[i-1]
+			}
+			if prev != '\r' {
+				c.bareLF = true
+				break
+			}
+			if c.lineLen+i == 1 { // the line is its CR alone
+				c.header = headerRead
+				break
+			}
+			c.lineLen, prev, rest = 0, '\n', rest[i+1:]
 		}
 	}
 	c.last = b[len(b)-1]

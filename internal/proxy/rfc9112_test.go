@@ -237,3 +237,32 @@ func TestConnectionCloseAmongTokens(t *testing.T) {
 		t.Fatal("Connection: X-Foo closed the connection")
 	}
 }
+
+// scanHeader finds a bare LF, and the header's end, however the header is
+// cut into reads (a CR at the end of one, its LF at the start of the
+// next), and reads nothing of a body.
+func TestScanHeaderAcrossReads(t *testing.T) {
+	for _, tc := range []struct {
+		raw    string
+		bareLF bool
+	}{
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody\n\nmore\n", false},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\r\n", false},
+		{"GET / HTTP/1.1\nHost: x\r\n\r\n", true},
+		{"GET / HTTP/1.1\r\nHost: x\n\r\n", true},
+		{"GET / HTTP/1.1\r\nHost: x\r\n\n", true},
+		{"GET / HTTP/1.1\r\n\nHost: x\r\n\r\n", true},
+	} {
+		for cut := 1; cut <= len(tc.raw); cut++ {
+			c := &peerConn{header: headerAwaited}
+			for b := []byte(tc.raw); len(b) > 0; {
+				n := min(cut, len(b))
+				c.scanHeader(b[:n])
+				b = b[n:]
+			}
+			if c.bareLF != tc.bareLF || !tc.bareLF && c.header != headerRead {
+				t.Fatalf("%q in reads of %d: bare LF %v, header state %d", tc.raw, cut, c.bareLF, c.header)
+			}
+		}
+	}
+}
