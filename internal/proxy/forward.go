@@ -117,35 +117,18 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict)
 		return
 	}
 	p.prepare(ctx, pc)
-	out, streamed := req, false
-	var body *flushingReader
+	out, hc, body := req, p.hc, (*flushingReader)(nil)
 	if req.IsBodyStream() {
 		if bodyPrefetched(req) {
 			req.Body() // from the stream to memory: it can then be resent
 		} else {
-			// The body is read as the upstream takes it, for as long as
-			// it lasts, each read within --client-body-timeout of the
-			// last (flushingReader), and each read is sent on at once
-			// (fasthttp would keep the tail of each in its buffer until
-			// the next: hcStream, flushingReader.WriteTo).
-			pc.setReadDeadlineNow(p.timeouts.body)
-			streamed = true
-			out = fasthttp.AcquireRequest()
+			out, hc, body = p.streaming(req, pc)
 			defer fasthttp.ReleaseRequest(out)
-			req.Header.CopyTo(&out.Header)
-			req.URI().CopyTo(out.URI())
-			pc.readErr = nil // see flushingReader.read
-			body = &flushingReader{r: req.BodyStream(), pc: pc, timeout: p.timeouts.body, want: int64(req.Header.ContentLength())}
-			out.SetBodyStream(body, req.Header.ContentLength())
 		}
 	}
 	resp := &ctx.Response
-	hc := p.hc
-	if streamed && req.Header.ContentLength() >= 0 {
-		hc = p.hcStream
-	}
 	if err := hc.Do(out, resp); err != nil {
-		if streamed {
+		if body != nil {
 			ctx.SetConnectionClose() // what is left of the body is not a request
 		}
 		switch {
@@ -164,6 +147,28 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict)
 	resp.Header.SetNoDefaultContentType(true)
 	removeHop(&resp.Header)
 	p.setRateLimit(&resp.Header, v)
+}
+
+// streaming returns the upstream's request for a request whose body
+// streams (out, to be released), the client to send it with, and the body
+// it reads. The body is read as the upstream takes it, for as long as it
+// lasts, each read within --client-body-timeout of the last
+// (flushingReader), and each read is sent on at once (fasthttp would keep
+// the tail of each in its buffer until the next: hcStream,
+// flushingReader.WriteTo).
+func (p *Proxy) streaming(req *fasthttp.Request, pc *peerConn) (*fasthttp.Request, *fasthttp.HostClient, *flushingReader) {
+	pc.setReadDeadlineNow(p.timeouts.body)
+	out := fasthttp.AcquireRequest()
+	req.Header.CopyTo(&out.Header)
+	req.URI().CopyTo(out.URI())
+	pc.readErr = nil // see flushingReader.read
+	n := req.Header.ContentLength()
+	body := &flushingReader{r: req.BodyStream(), pc: pc, timeout: p.timeouts.body, want: int64(n)}
+	out.SetBodyStream(body, n)
+	if n >= 0 {
+		return out, p.hcStream, body
+	}
+	return out, p.hc, body
 }
 
 // clientBodyFailed answers a request whose body could not be read (408 if
