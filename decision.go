@@ -109,7 +109,8 @@ type Op struct {
 // several keys (per IP and per user, say) in one call, one round trip for
 // a remote store; each key is atomic on its own, and each gets its decision.
 //
-// now is the caller's time in microseconds since the epoch.
+// now is the caller's time in microseconds since the epoch. Package
+// storekit has what an implementation needs of a Policy.
 type Store interface {
 	// Do applies op to its key at now and returns the decision.
 	Do(ctx context.Context, now int64, op Op) (Decision, error)
@@ -135,9 +136,9 @@ func (d Decision) RetryAfterSeconds() int64 {
 type Mover interface {
 	// Move carries key's state under from to to, atomically, rule by rule
 	// matched by name and converted as a new version of a policy converts
-	// it (Policy.Migrate: what each rule consumed, in requests, clamped to
+	// it (storekit.Migrate: what each rule consumed, in requests, clamped to
 	// the new capacity; rules new to to start fresh), and added to what key
-	// already had under to (Policy.MigrateOnto: requests decided under to
+	// already had under to (storekit.MigrateOnto: requests decided under to
 	// in the moment before the move, while the change that made to the
 	// key's policy was already visible, are kept, within to's capacity);
 	// key's state under from is forgotten. A key with no state under from

@@ -28,7 +28,8 @@
 // keeps it in Redis (standalone, Sentinel or Cluster), so that every
 // instance enforces one limit, with a failure mode per rule
 // (Rule.OnStoreFailure) for when Redis cannot answer. Both implement Store;
-// package storetest is the suite a new store must pass.
+// package storekit has what a new store needs of a Policy, and package
+// storetest is the suite it must pass.
 //
 // To limit HTTP or gRPC requests rather than call a Limiter yourself, use
 // package httplimit (net/http middleware) or grpclimit (grpc-go
@@ -230,7 +231,7 @@ func mustPolicy(caller string, p *Policy) {
 	if p == nil {
 		panic("floodgate: " + caller + ": nil policy (NewPolicy or MustPolicy makes one)")
 	}
-	if p.width == 0 {
+	if p.c.Width == 0 {
 		panic("floodgate: " + caller + ": a zero Policy (NewPolicy or MustPolicy makes one)")
 	}
 }

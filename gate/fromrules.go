@@ -51,7 +51,7 @@ func FromRules(cfg *rules.Config) ([]Limit, error) {
 				case rt.Limit.Unlimited:
 					continue
 				case rt.Limit.Blocked:
-					l.Blocked = true
+					l.Blocked, l.blockedPolicy = true, rt.Limit.Policy
 				default:
 					l.Policy = rt.Limit.Policy
 				}

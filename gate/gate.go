@@ -8,7 +8,7 @@
 //
 // A gate decides on the in-process engine (the memory store, or Redis for
 // a fleet), or asks a remote `floodgate serve` (or any Envoy rate limit
-// service) over gRPC: see Remote.
+// service): see Remote, and package gate/remote for its gRPC client.
 package gate
 
 import (
@@ -25,6 +25,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/internal/ratehdr"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -134,6 +135,8 @@ type Limit struct {
 	// Blocked refuses every request the limit applies to, without asking
 	// the store (envoyproxy/ratelimit's requests_per_unit: 0).
 	Blocked bool
+
+	blockedPolicy *floodgate.Policy // a blocked rules-file route's placeholder, for its window
 }
 
 // Config configures a Gate.
@@ -168,8 +171,9 @@ type Config struct {
 	ClientIP ClientIP
 	// Rules resolves limits that name a Domain.
 	Rules *rules.Config
-	// Remote, when set, asks a rate limit service instead of the store.
-	Remote *Remote
+	// Remote, when set, asks a rate limit service instead of the store
+	// (gate/remote.New). Ban and Delay actions need the local engine.
+	Remote Remote
 	// User returns the authenticated user for the User part (default:
 	// what WithUser stored).
 	User func(ctx context.Context) (string, bool)
@@ -202,18 +206,20 @@ type Gate struct {
 // limit is a Limit compiled.
 type limit struct {
 	*Limit
-	parts      []compiledPart
-	hosts      []string // lower-cased
-	pathSegs   []string
-	pathRest   bool
-	methods    []string
-	exempt     map[string]bool
-	sfName     string
-	policyItem []string // RateLimit-Policy of a single-rule Policy, shared (len == cap)
-	ruleNames  map[string]string
-	banMarker  *floodgate.Policy
-	banThresh  *floodgate.Policy
-	banBurst   int64
+	parts       []compiledPart
+	hosts       []string // lower-cased
+	pathSegs    []string
+	pathRest    bool
+	methods     []string
+	exempt      map[string]bool
+	sfName      string
+	policyItem  []string // RateLimit-Policy of the Policy alone, shared (len == cap)
+	policyItems []string // its items, one per rule
+	ruleNames   map[string]string
+	banMarker   *floodgate.Policy
+	banThresh   *floodgate.Policy
+	banBurst    int64
+	blockedLm   *rules.Limit // a Blocked limit's
 }
 
 // maxOps bounds the operations of one store call (a Ban limit takes
@@ -264,12 +270,6 @@ func New(cfg Config) (*Gate, error) {
 		names[l.Name] = true
 		g.limits = append(g.limits, l)
 	}
-	if cfg.Remote != nil {
-		if err := cfg.Remote.check(); err != nil {
-			g.Close()
-			return nil, err
-		}
-	}
 	if len(g.limits) >= indexMin {
 		g.index = newRouteIndex(g.limits)
 	}
@@ -283,113 +283,184 @@ func (g *Gate) Close() {
 	}
 }
 
+// compile checks a Limit and derives what deciding it needs, phase by
+// phase; the first error names the field.
 func (g *Gate) compile(src *Limit) (*limit, error) {
 	cp := *src
 	l := &limit{Limit: &cp}
+	if err := l.validate(); err != nil {
+		return nil, err
+	}
+	if err := g.checkPolicy(l); err != nil {
+		return nil, err
+	}
+	if err := g.compileAction(l); err != nil {
+		return nil, err
+	}
+	if err := l.compileKey(); err != nil {
+		return nil, err
+	}
+	if err := l.compileMatch(); err != nil {
+		return nil, err
+	}
+	l.compileExempt()
+	l.compileNames()
+	return l, nil
+}
+
+// validate checks the limit's name, cost and status, setting defaults.
+func (l *limit) validate() error {
 	if l.Name == "" {
-		return nil, errors.New("name: empty")
+		return errors.New("name: empty")
 	}
 	if l.Cost == 0 {
 		l.Cost = 1
 	}
 	if l.Cost < 0 {
-		return nil, fmt.Errorf("cost: %d is negative", l.Cost)
+		return fmt.Errorf("cost: %d is negative", l.Cost)
 	}
 	if l.Status == 0 {
 		l.Status = http.StatusTooManyRequests
 	}
 	if l.Status < 400 || l.Status > 599 {
-		return nil, fmt.Errorf("status: %d is not an error status (400-599)", l.Status)
+		return fmt.Errorf("status: %d is not an error status (400-599)", l.Status)
 	}
-	remote := g.cfg.Remote != nil
+	return nil
+}
+
+// checkPolicy checks that something decides the limit: the remote
+// service, Blocked, its Policy, or its Domain's rules.
+func (g *Gate) checkPolicy(l *limit) error {
 	switch {
-	case remote, l.Blocked:
+	case g.cfg.Remote != nil, l.Blocked:
 	case l.Policy != nil:
 	case l.Domain != "":
 		if g.cfg.Rules == nil || g.cfg.Rules.Domain(l.Domain) == nil {
-			return nil, fmt.Errorf("domain: no rules for domain %q", l.Domain)
+			return fmt.Errorf("domain: no rules for domain %q", l.Domain)
 		}
 	default:
-		return nil, errors.New("policy: none (set Policy, or Domain with Config.Rules, or Config.Remote)")
+		return errors.New("policy: none (set Policy, or Domain with Config.Rules, or Config.Remote)")
 	}
-	switch l.Action {
-	case Deny, Shadow:
-	case Delay:
-		if l.MaxDelay <= 0 {
-			return nil, errors.New("max_delay: a delay action needs a positive MaxDelay")
-		}
-		if remote {
-			return nil, errors.New("action: delay needs the in-process engine, not a remote service")
-		}
-		if l.Policy != nil && !l.Policy.CanDelay() {
-			return nil, fmt.Errorf("action: delay needs a bucket rule (token bucket, GCRA, leaky bucket); policy %q has windows only, which never delay: every request over it would be refused", l.Policy.Name())
-		}
-	case Redirect:
-		if l.Redirect == "" {
-			return nil, errors.New("redirect: a redirect action needs a URL")
-		}
-		if l.RedirectStatus == 0 {
-			l.RedirectStatus = http.StatusFound
-		}
-		switch l.RedirectStatus {
-		case 301, 302, 303, 307, 308:
-		default:
-			return nil, fmt.Errorf("redirect_status: %d is not a redirect", l.RedirectStatus)
-		}
-	case Ban:
-		if remote {
-			return nil, errors.New("action: ban needs the in-process engine, not a remote service")
-		}
-		b := l.Ban
-		if b.Threshold < 1 || b.Interval < time.Second || b.Duration < time.Second {
-			return nil, errors.New("ban: threshold must be at least 1, interval and duration at least 1s")
-		}
-		grains := int64((b.Interval + b.Duration + banGrain - 1) / banGrain)
-		var err error
-		// The marker: a bucket refilling one grain per grain; a ban of
-		// k grains empties k, and the key is free when it is full again.
-		l.banMarker, err = floodgate.NewPolicy(l.Name+".ban", floodgate.Rule{Name: "ban", Algorithm: floodgate.TokenBucket, Limit: 1, Period: banGrain, Burst: grains})
-		if err != nil {
-			return nil, fmt.Errorf("ban: %w", err)
-		}
-		// The threshold: a fixed window admitting one more than the
-		// threshold, so that exactly one request per window (the one
-		// that fills it) crosses, atomically in the store.
-		l.banThresh, err = floodgate.NewPolicy(l.Name+".ban-threshold", floodgate.Rule{Name: "threshold", Algorithm: floodgate.FixedWindow, Limit: b.Threshold + 1, Period: b.Interval})
-		if err != nil {
-			return nil, fmt.Errorf("ban: %w", err)
-		}
-		l.banBurst = grains
-	default:
-		return nil, fmt.Errorf("action: unknown action %d", l.Action)
+	return nil
+}
+
+// actionSpec is what an action asks of a limit: the in-process engine
+// (refused with Config.Remote), and its own fields, checked (and
+// compiled) by fields.
+type actionSpec struct {
+	local  bool
+	fields func(l *limit) error
+}
+
+// actionSpecs are the actions' specs, by Action.
+var actionSpecs = [...]actionSpec{
+	Deny:     {},
+	Ban:      {local: true, fields: (*limit).compileBan},
+	Delay:    {local: true, fields: (*limit).checkDelay},
+	Redirect: {fields: (*limit).checkRedirect},
+	Shadow:   {},
+}
+
+// compileAction checks the limit's action and the fields it reads.
+func (g *Gate) compileAction(l *limit) error {
+	if int(l.Action) >= len(actionSpecs) {
+		return fmt.Errorf("action: unknown action %d", l.Action)
 	}
+	spec := actionSpecs[l.Action]
+	if spec.local && g.cfg.Remote != nil {
+		return fmt.Errorf("action: %s needs the in-process engine, not a remote service", l.Action)
+	}
+	if spec.fields == nil {
+		return nil
+	}
+	return spec.fields(l)
+}
+
+// checkDelay checks a Delay action's MaxDelay and policy.
+func (l *limit) checkDelay() error {
+	if l.MaxDelay <= 0 {
+		return errors.New("max_delay: a delay action needs a positive MaxDelay")
+	}
+	if l.Policy != nil && !l.Policy.CanDelay() {
+		return fmt.Errorf("action: delay needs a bucket rule (token bucket, GCRA, leaky bucket); policy %q has windows only, which never delay: every request over it would be refused", l.Policy.Name())
+	}
+	return nil
+}
+
+// checkRedirect checks a Redirect action's URL and status.
+func (l *limit) checkRedirect() error {
+	if l.Redirect == "" {
+		return errors.New("redirect: a redirect action needs a URL")
+	}
+	if l.RedirectStatus == 0 {
+		l.RedirectStatus = http.StatusFound
+	}
+	switch l.RedirectStatus {
+	case 301, 302, 303, 307, 308:
+		return nil
+	}
+	return fmt.Errorf("redirect_status: %d is not a redirect", l.RedirectStatus)
+}
+
+// compileBan checks a Ban action's rule and makes its two policies.
+func (l *limit) compileBan() error {
+	b := l.Ban
+	if b.Threshold < 1 || b.Interval < time.Second || b.Duration < time.Second {
+		return errors.New("ban: threshold must be at least 1, interval and duration at least 1s")
+	}
+	grains := int64((b.Interval + b.Duration + banGrain - 1) / banGrain)
+	var err error
+	// The marker: a bucket refilling one grain per grain; a ban of k
+	// grains empties k, and the key is free when it is full again.
+	l.banMarker, err = floodgate.NewPolicy(l.Name+".ban", floodgate.Rule{Name: "ban", Algorithm: floodgate.TokenBucket, Limit: 1, Period: banGrain, Burst: grains})
+	if err != nil {
+		return fmt.Errorf("ban: %w", err)
+	}
+	// The threshold: a fixed window admitting one more than the
+	// threshold, so that exactly one request per window (the one that
+	// fills it) crosses, atomically in the store.
+	l.banThresh, err = floodgate.NewPolicy(l.Name+".ban-threshold", floodgate.Rule{Name: "threshold", Algorithm: floodgate.FixedWindow, Limit: b.Threshold + 1, Period: b.Interval})
+	if err != nil {
+		return fmt.Errorf("ban: %w", err)
+	}
+	l.banBurst = grains
+	return nil
+}
+
+// compileKey checks the key's parts and compiles them.
+func (l *limit) compileKey() error {
 	if len(l.Key) == 0 {
 		l.Key = []Part{All()}
 	}
 	if len(l.Key) > maxKeyParts {
-		return nil, fmt.Errorf("key: %d parts; at most %d", len(l.Key), maxKeyParts)
+		return fmt.Errorf("key: %d parts; at most %d", len(l.Key), maxKeyParts)
 	}
 	seen := map[string]bool{}
 	for i, p := range l.Key {
 		if p.Kind > PartConst {
-			return nil, fmt.Errorf("key[%d]: unknown kind %d", i, p.Kind)
+			return fmt.Errorf("key[%d]: unknown kind %d", i, p.Kind)
 		}
 		if (p.Kind == PartHeader || p.Kind == PartCookie || p.Kind == PartQuery) && p.Name == "" {
-			return nil, fmt.Errorf("key[%d]: a %s part needs a name", i, p.Kind)
+			return fmt.Errorf("key[%d]: a %s part needs a name", i, p.Kind)
 		}
 		cp := compilePart(p)
 		if seen[cp.entry] {
-			return nil, fmt.Errorf("key[%d]: entry %q used twice", i, cp.entry)
+			return fmt.Errorf("key[%d]: entry %q used twice", i, cp.entry)
 		}
 		seen[cp.entry] = true
 		l.parts = append(l.parts, cp)
 	}
+	return nil
+}
+
+// compileMatch checks the Match and compiles its hosts, path and methods.
+func (l *limit) compileMatch() error {
 	for _, h := range l.Match.Hosts {
 		l.hosts = append(l.hosts, matchHost(h))
 	}
 	if p := l.Match.Path; p != "" {
 		if p[0] != '/' {
-			return nil, fmt.Errorf("match.path: %q does not start with /", p)
+			return fmt.Errorf("match.path: %q does not start with /", p)
 		}
 		if strings.HasSuffix(p, "/**") {
 			l.pathRest, p = true, strings.TrimSuffix(p, "/**")
@@ -397,34 +468,49 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 		l.pathSegs = strings.Split(p, "/")
 	}
 	if l.Match.PathPrefix != "" && l.Match.PathPrefix[0] != '/' {
-		return nil, fmt.Errorf("match.path_prefix: %q does not start with /", l.Match.PathPrefix)
+		return fmt.Errorf("match.path_prefix: %q does not start with /", l.Match.PathPrefix)
 	}
 	for _, m := range l.Match.Methods {
 		l.methods = append(l.methods, strings.ToUpper(m))
 	}
-	if len(l.ExemptKeys) > 0 {
-		l.exempt = map[string]bool{}
-		for _, k := range l.ExemptKeys {
-			l.exempt[k] = true
-		}
+	return nil
+}
+
+// compileExempt sets the exempt keys.
+func (l *limit) compileExempt() {
+	if len(l.ExemptKeys) == 0 {
+		return
 	}
+	l.exempt = make(map[string]bool, len(l.ExemptKeys))
+	for _, k := range l.ExemptKeys {
+		l.exempt[k] = true
+	}
+}
+
+// compileNames sets the names the RateLimit fields give the limit and
+// its rules, and, with a Policy, its RateLimit-Policy item.
+func (l *limit) compileNames() {
 	l.sfName = sfName(l.Name)
-	if l.Policy != nil {
-		l.ruleNames = map[string]string{}
-		rs := l.Policy.Rules()
-		var items []string
-		for _, r := range rs {
-			name := l.Name
-			if len(rs) > 1 {
-				name += "/" + r.Name
-			}
-			sf := sfName(name)
-			l.ruleNames[r.Name] = sf
-			items = append(items, policyItem(sf, r))
-		}
-		l.policyItem = []string{strings.Join(items, ", ")}
+	if l.Blocked {
+		l.blockedLm = &rules.Limit{Name: l.Name, Blocked: true, Policy: l.blockedPolicy}
 	}
-	return l, nil
+	if l.Policy == nil {
+		return
+	}
+	l.ruleNames = map[string]string{}
+	rs := l.Policy.Rules()
+	var items []string
+	for _, r := range rs {
+		name := l.Name
+		if len(rs) > 1 {
+			name += "/" + r.Name
+		}
+		sf := sfName(name)
+		l.ruleNames[r.Name] = sf
+		items = append(items, policyItem(sf, r))
+	}
+	l.policyItems = items
+	l.policyItem = []string{strings.Join(items[:min(len(items), maxPolicyItems)], ", ")}
 }
 
 // matches reports whether the limit applies to r.
@@ -816,13 +902,14 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	// What each outcome asks of the store: o.op opPending for a decision
 	// (and a ban's two operations), -1 for none.
 	nops := 0
+	now := g.clock.NowMicro()
 	for i := range v.Outcomes {
 		o := &v.Outcomes[i]
 		l := o.l
 		o.policy, o.name, o.skey = l.Policy, "", o.Key
 		if l.Blocked {
-			o.ruleLm = &rules.Limit{Name: l.Name, Blocked: true}
-			o.Decision = floodgate.Decision{Allowed: false, Rule: l.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+			o.ruleLm = l.blockedLm
+			o.Decision = blockedDecision(l.blockedLm, now)
 			continue
 		}
 		if l.Policy == nil {
@@ -838,7 +925,8 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 			}
 			o.ruleLm = m.Limit
 			if m.Limit.Blocked {
-				o.Decision = floodgate.Decision{Allowed: false, Rule: m.Limit.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+				o.name = sfName(m.Limit.Name)
+				o.Decision = blockedDecision(m.Limit, now)
 				continue
 			}
 			// The service's key: serve and proxy share state.
@@ -909,7 +997,6 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	var one [1]floodgate.Decision
 	var decs []floodgate.Decision
 	var err error
-	now := g.clock.NowMicro()
 	switch len(ops) {
 	case 0:
 	case 1:
@@ -993,7 +1080,7 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		// All or nothing: give back what the admitted limits took (a group
 		// refused took nothing; one admitted did, if a ban, a blocked rule,
 		// a delay or another call's group refuses the request).
-		g.refund(ctx, now, ops, v.Outcomes, calls, nil)
+		g.refund(ctx, now, ops, v.Outcomes, calls, decs)
 	}
 	v.Deciding = deciding(v.Outcomes)
 	if !v.Allowed {
@@ -1021,6 +1108,23 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 		}
 		v.Delayed = wait
 	}
+}
+
+// blockedDecision is a blocked limit's refusal (requests_per_unit: 0) at
+// now: remaining 0 until its window's end (a fixed window's, aligned to
+// the epoch, as the service says it), or for a whole window.
+func blockedDecision(lm *rules.Limit, now int64) floodgate.Decision {
+	d := floodgate.Decision{Rule: lm.Name, Reason: floodgate.ReasonLimited, RetryAfter: time.Second, ResetAfter: time.Second}
+	if lm.Policy == nil {
+		return d // a Limit made Blocked in Go states no window
+	}
+	r := lm.Policy.Rules()[0]
+	wait := ratehdr.Window(r)
+	if pm := r.Period.Microseconds(); r.Algorithm == floodgate.FixedWindow && r.Calendar == "" && pm > 0 {
+		wait = time.Duration(pm-now%pm) * time.Microsecond
+	}
+	d.RetryAfter, d.ResetAfter = wait, wait
+	return d
 }
 
 // storeFailed completes v, decided by the gate's failure policy because
@@ -1111,9 +1215,10 @@ func (g *Gate) decide(ctx context.Context, now int64, ops []floodgate.Op, decs [
 
 // refund gives back what the outcomes' decisions in calls took, for a
 // request refused: each admitted decision but those of a refused group
-// (which took nothing) and those of a banned key. With decs, the outcomes'
-// decisions are not set yet: decs[i] is ops[i]'s, as the store made it.
-// It is best effort, as a refund can only be.
+// (which took nothing), a banned key's included: a refused request spends
+// no quota. decs[i] is ops[i]'s decision, as the store made it (a ban
+// refuses what its limit admitted). It is best effort, as a refund can
+// only be.
 func (g *Gate) refund(ctx context.Context, now int64, ops []floodgate.Op, outcomes []Outcome, calls []opCall, decs []floodgate.Decision) {
 	var refunds []floodgate.Op
 	for i := range outcomes {
@@ -1125,12 +1230,7 @@ func (g *Gate) refund(ctx context.Context, now int64, ops []floodgate.Op, outcom
 		if c == nil || c.grouped() && o.op >= c.members && !c.admitted {
 			continue
 		}
-		allowed, banned := o.Decision.Allowed, o.Banned
-		if decs != nil {
-			allowed = decs[o.op].Allowed
-			banned = o.banOp >= 0 && !decs[o.banOp].Allowed
-		}
-		if allowed && !banned {
+		if decs[o.op].Allowed {
 			refunds = append(refunds, floodgate.Op{Policy: ops[o.op].Policy, Key: ops[o.op].Key, Kind: floodgate.OpRefund, Cost: ops[o.op].Cost})
 		}
 	}

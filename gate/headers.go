@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,9 +87,13 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		}
 		return
 	}
-	name := o.name
-	if o.Banned && o.l.banThresh != nil {
-		name = sfName(o.l.Name + "/ban")
+	name, remaining, limit := o.name, d.Remaining, d.Limit
+	switch {
+	case o.Banned && o.l.banThresh != nil:
+		// The ban refused: its quota is spent, whatever the limit's.
+		name, remaining, limit = sfName(o.l.Name+"/ban"), 0, o.l.Ban.Threshold
+	case o.ruleLm != nil && o.policy != nil && len(o.policy.Rules()) > 1:
+		name = sfName(d.Rule) // each rule is named in RateLimit-Policy, as the service names it
 	}
 	if name == "" {
 		name = o.l.ruleNames[d.Rule]
@@ -96,19 +101,24 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 			name = o.l.sfName
 		}
 	}
-	set(HeaderRateLimit, limitValue(name, d.Remaining, reset))
+	set(HeaderRateLimit, limitValue(name, remaining, reset))
 	if !v.Allowed {
 		set(HeaderRetryAfter, intValue(max(secs, 1)))
 	}
 	if legacy {
-		set(HeaderLimit, intValue(max(d.Limit, 0)))
-		set(HeaderRemaining, intValue(max(d.Remaining, 0)))
+		set(HeaderLimit, intValue(max(limit, 0)))
+		set(HeaderRemaining, intValue(max(remaining, 0)))
 		set(HeaderReset, intValue(secs))
 	}
 }
 
-// policyFields sets RateLimit-Policy: every limit of v that applied;
-// o, when not nil, is the deciding outcome.
+// maxPolicyItems bounds RateLimit-Policy's items: a request matching
+// hundreds of limits gets the first few, not a header of kilobytes.
+const maxPolicyItems = 8
+
+// policyFields sets RateLimit-Policy: every limit of v that applied, each
+// rule of each, at most maxPolicyItems items; o, when not nil, is the
+// deciding outcome.
 func policyFields(v *Verdict, o *Outcome, set func(key string, vals []string)) {
 	if o != nil && len(v.Outcomes) == 1 && o.policy == o.l.Policy && o.l.policyItem != nil && !o.Banned {
 		set(HeaderPolicy, o.l.policyItem)
@@ -120,7 +130,14 @@ func policyFields(v *Verdict, o *Outcome, set func(key string, vals []string)) {
 		if !x.Decided() {
 			continue
 		}
-		items = append(items, x.policyItems()...)
+		for _, it := range x.policyItems() {
+			if len(items) == maxPolicyItems {
+				break
+			}
+			if !slices.Contains(items, it) {
+				items = append(items, it)
+			}
+		}
 	}
 	if len(items) > 0 {
 		set(HeaderPolicy, []string{strings.Join(items, ", ")})
@@ -166,42 +183,42 @@ func limitValue(name string, remaining int64, reset time.Duration) []string {
 	return h.vals[:]
 }
 
-// policyItems renders an outcome's RateLimit-Policy items.
+// policyItems renders an outcome's RateLimit-Policy items: a ban's
+// first when it refused, then each rule of its policy.
 func (o *Outcome) policyItems() []string {
+	var ban []string
 	if o.Banned && o.l.banThresh != nil {
 		b := o.l.Ban
-		return []string{ratehdr.PolicyItem(sfName(o.l.Name+"/ban"), b.Threshold, b.Interval)}
+		ban = []string{ratehdr.PolicyItem(sfName(o.l.Name+"/ban"), b.Threshold, b.Interval)}
 	}
 	if o.policy == nil {
-		if o.ruleLm != nil {
-			return []string{ratehdr.PolicyItem(sfName(o.ruleLm.Name), 0, time.Second)}
+		if lm := o.ruleLm; lm != nil {
+			w := time.Second // a Limit made Blocked in Go states no window
+			if lm.Policy != nil {
+				w = ratehdr.Window(lm.Policy.Rules()[0])
+			}
+			return append(ban, ratehdr.PolicyItem(sfName(lm.Name), 0, w))
 		}
-		return nil
+		return ban
 	}
-	if o.policy == o.l.Policy && o.l.policyItem != nil {
-		return o.l.policyItem
+	if o.policy == o.l.Policy && o.l.policyItems != nil {
+		return append(ban, o.l.policyItems...)
 	}
 	rs := o.policy.Rules()
-	if o.ruleLm != nil {
-		// A rules file's limit is named as the service names it: one item,
-		// for the deciding rule, under the limit's name (which RateLimit
-		// repeats).
-		r := rs[0]
-		for _, x := range rs {
-			if x.Name == o.Decision.Rule {
-				r = x
-			}
+	out := ban
+	for _, r := range rs {
+		name := o.l.Name + "/" + r.Name
+		switch {
+		case o.ruleLm != nil && len(rs) == 1 && o.ruleLm.Name != "":
+			// A rules file's limit is named as the service names it: a
+			// single rule by the limit's name, several each by its own.
+			name = o.ruleLm.Name
+		case o.ruleLm != nil:
+			name = r.Name
+		case len(rs) == 1:
+			name = o.l.Name
 		}
-		q, w := ratehdr.Quota(r)
-		return []string{ratehdr.PolicyItem(sfName(o.ruleLm.Name), q, w)}
-	}
-	out := make([]string, len(rs))
-	for i, r := range rs {
-		name := o.l.Name
-		if len(rs) > 1 {
-			name += "/" + r.Name
-		}
-		out[i] = policyItem(sfName(name), r)
+		out = append(out, policyItem(sfName(name), r))
 	}
 	return out
 }

@@ -9,8 +9,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
-
-	"google.golang.org/grpc/metadata"
 )
 
 // PartKind is what a key part is taken from.
@@ -161,7 +159,7 @@ type Request struct {
 	Raw *RawHTTP
 	// FullMethod and MD describe a gRPC call ("/pkg.Service/Method").
 	FullMethod string
-	MD         metadata.MD // a gRPC call's incoming metadata
+	MD         map[string][]string // a gRPC call's incoming metadata (grpc's metadata.MD), keys lower-case
 	// Peer is the connection's remote address.
 	Peer string
 	// Ctx is the request's context (HTTP: HTTP.Context()).

@@ -8,41 +8,36 @@ import (
 	"sync"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/floodgate/floodgate"
 )
 
-// countingRLS answers every descriptor OK but those with an entry valued
-// "over", refuses requests of more than 64 descriptors as floodgate serve
-// does, and tags each response with its call's number.
-type countingRLS struct {
+// countingRemote admits every descriptor but those with an entry valued
+// "over", refuses calls of more than 64 descriptors as floodgate serve
+// does, and tags each answer with its call's number.
+type countingRemote struct {
 	mu    sync.Mutex
 	sizes []int
 }
 
-func (c *countingRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, _ ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+func (c *countingRemote) Decide(ctx context.Context, ds []Descriptor) (RemoteAnswer, error) {
 	c.mu.Lock()
-	c.sizes = append(c.sizes, len(in.Descriptors))
+	c.sizes = append(c.sizes, len(ds))
 	call := len(c.sizes) - 1
 	c.mu.Unlock()
-	if len(in.Descriptors) > 64 {
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors; at most 64", len(in.Descriptors))
+	if len(ds) > 64 {
+		return RemoteAnswer{}, fmt.Errorf("%d descriptors; at most 64", len(ds))
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
-		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "X-Call", Value: strconv.Itoa(call)}}}
-	for _, d := range in.Descriptors {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	ans := RemoteAnswer{Headers: [][2]string{{"X-Call", strconv.Itoa(call)}}}
+	for _, d := range ds {
+		dec := floodgate.Decision{Allowed: true}
 		for _, e := range d.Entries {
 			if e.Value == "over" {
-				st.Code, resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT
+				dec = floodgate.Decision{Reason: floodgate.ReasonLimited}
 			}
 		}
-		resp.Statuses = append(resp.Statuses, st)
+		ans.Decisions = append(ans.Decisions, dec)
 	}
-	return resp, nil
+	return ans, nil
 }
 
 // With a remote service, a request matching 100 limits is asked about in
@@ -59,8 +54,8 @@ func TestRemoteManyLimitsInSeveralCalls(t *testing.T) {
 		}
 		limits = append(limits, Limit{Name: fmt.Sprintf("l%d", i), Key: []Part{IP(), Const("tier", tier)}})
 	}
-	rls := &countingRLS{}
-	g, err := New(Config{Limits: limits, Remote: &Remote{Client: rls, Domain: "web"}, Logger: slog.New(slog.DiscardHandler)})
+	rls := &countingRemote{}
+	g, err := New(Config{Limits: limits, Remote: rls, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

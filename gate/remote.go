@@ -2,63 +2,53 @@ package gate
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/rules"
 )
 
-// RateLimitClient is the client side of Envoy's rate limit service, as
-// generated in go-control-plane (rlsv3.NewRateLimitServiceClient).
-type RateLimitClient interface {
-	// ShouldRateLimit asks the service to decide a request's descriptors.
-	ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error)
+// Remote is a rate limit service the gate asks instead of its store
+// (Config.Remote). Package gate/remote asks `floodgate serve`, or any
+// service speaking envoy.service.ratelimit.v3, over gRPC.
+type Remote interface {
+	// Decide decides descriptors, each one limit of a request, all or
+	// nothing. It returns one decision per descriptor, in order (a
+	// refusal without a Reason is ReasonLimited), and the headers the
+	// service computed (the RateLimit fields), or an error when the call
+	// failed or timed out: the gate's failure policy then decides
+	// (Config.FailClosed).
+	Decide(ctx context.Context, descriptors []Descriptor) (RemoteAnswer, error)
 }
 
-// Remote asks a rate limit service (`floodgate serve`, or any service
-// speaking envoy.service.ratelimit.v3) instead of a local store. Each
-// matching limit becomes one descriptor of the request, its key parts the
-// entries; the service's rules decide, and the RateLimit headers it
-// returns are passed on. Ban and Delay actions need the local engine.
-type Remote struct {
-	// Client calls the service (rlsv3.NewRateLimitServiceClient on a
-	// gRPC connection).
-	Client RateLimitClient
-	// Domain is the request's domain.
-	Domain string
-	// Timeout bounds one call (default 100ms); past it the request passes
-	// unless Config.FailClosed.
-	Timeout time.Duration
+// A Descriptor is one limit of a request as a rate limit service sees it:
+// the limit's key parts as entries (their Entry names and values), and
+// what the request costs.
+type Descriptor struct {
+	Entries []rules.Entry
+	Cost    int64
 }
 
-func (r *Remote) check() error {
-	if r.Client == nil {
-		return errors.New("gate: Remote.Client is nil")
-	}
-	if r.Domain == "" {
-		return errors.New("gate: Remote.Domain is empty")
-	}
-	return nil
+// RemoteAnswer is a rate limit service's answer to one Remote.Decide.
+type RemoteAnswer struct {
+	Decisions []floodgate.Decision // one per descriptor, in order
+	Headers   [][2]string          // response headers to add, as the service sent them
 }
 
 // remote decides the outcomes on the rate limit service: in one call of
 // at most maxOps descriptors, or, for a request matching more limits, in
 // as many as it takes (see Config).
 func (g *Gate) remote(ctx context.Context, v *Verdict) {
-	var respBuf [1]*rlsv3.RateLimitResponse
-	resps := respBuf[:0]
+	var ansBuf [1]RemoteAnswer
+	answers := ansBuf[:0]
 	if len(v.Outcomes) > maxOps && g.split.CompareAndSwap(false, true) {
 		g.cfg.Logger.Warn("floodgate: a request matched more limits than one call to the rate limit service takes; they are decided in several calls (logged once)",
 			"limits", len(v.Outcomes), "calls", (len(v.Outcomes)+maxOps-1)/maxOps)
 	}
 	for start := 0; start < len(v.Outcomes); start += maxOps {
 		part := v.Outcomes[start:min(start+maxOps, len(v.Outcomes))]
-		resp, err := g.remoteCall(ctx, part)
+		ans, err := g.remoteCall(ctx, part)
 		if err != nil {
 			v.Err = err
 			g.logf("floodgate: the rate limit service failed; the gate's failure policy decides meanwhile", "err", err)
@@ -73,19 +63,11 @@ func (g *Gate) remote(ctx context.Context, v *Verdict) {
 			}
 			return
 		}
-		resps = append(resps, resp)
-		for i, st := range resp.Statuses {
+		answers = append(answers, ans)
+		for i := range part {
 			o := &part[i]
-			wait := st.GetDurationUntilReset().AsDuration()
-			o.Decision = floodgate.Decision{
-				Allowed:    st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT,
-				Limit:      int64(st.GetCurrentLimit().GetRequestsPerUnit()),
-				Remaining:  int64(st.GetLimitRemaining()),
-				ResetAfter: wait,
-				RetryAfter: wait,
-				Rule:       st.GetCurrentLimit().GetName(),
-			}
-			if !o.Decision.Allowed {
+			o.Decision = ans.Decisions[i]
+			if !o.Decision.Allowed && o.Decision.Reason == floodgate.ReasonNone {
 				o.Decision.Reason = floodgate.ReasonLimited
 			}
 			o.Over = !o.Decision.Allowed && o.l.Action != Shadow
@@ -97,47 +79,41 @@ func (g *Gate) remote(ctx context.Context, v *Verdict) {
 	v.Deciding = deciding(v.Outcomes)
 	// The service's fields describe its call's limits: pass on those of
 	// the deciding outcome's call.
-	resp := resps[0]
+	ans := &answers[0]
 	if v.Deciding != nil {
 		for i := range v.Outcomes {
 			if &v.Outcomes[i] == v.Deciding {
-				resp = resps[i/maxOps]
+				ans = &answers[i/maxOps]
 			}
 		}
 	}
-	for _, h := range resp.GetResponseHeadersToAdd() {
-		v.RemoteHeaders = append(v.RemoteHeaders, [2]string{h.GetKey(), h.GetValue()})
-	}
+	v.RemoteHeaders = append(v.RemoteHeaders, ans.Headers...)
 }
 
 // remoteCall asks the service about outcomes, each one descriptor.
-func (g *Gate) remoteCall(ctx context.Context, outcomes []Outcome) (*rlsv3.RateLimitResponse, error) {
-	rc := g.cfg.Remote
-	req := &rlsv3.RateLimitRequest{Domain: rc.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, len(outcomes))}
+func (g *Gate) remoteCall(ctx context.Context, outcomes []Outcome) (RemoteAnswer, error) {
+	ds := make([]Descriptor, len(outcomes))
 	for i := range outcomes {
 		o := &outcomes[i]
-		d := &rlcommon.RateLimitDescriptor{Entries: make([]*rlcommon.RateLimitDescriptor_Entry, len(o.l.parts))}
-		vals := splitKey(o.Key, len(o.l.parts))
-		for j := range o.l.parts {
-			d.Entries[j] = &rlcommon.RateLimitDescriptor_Entry{Key: o.l.parts[j].entry, Value: unescape(vals[j])}
-		}
-		if o.l.Cost != 1 {
-			d.HitsAddend = wrapperspb.UInt64(uint64(o.l.Cost))
-		}
-		req.Descriptors[i] = d
+		ds[i] = Descriptor{Entries: o.entries(), Cost: o.l.Cost}
 		o.op = 0
 	}
-	timeout := rc.Timeout
-	if timeout <= 0 {
-		timeout = 100 * time.Millisecond
+	ans, err := g.cfg.Remote.Decide(ctx, ds)
+	if err == nil && len(ans.Decisions) != len(ds) {
+		err = fmt.Errorf("gate: the rate limit service answered %d statuses for %d descriptors", len(ans.Decisions), len(ds))
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	resp, err := rc.Client.ShouldRateLimit(cctx, req)
-	cancel()
-	if err == nil && len(resp.GetStatuses()) != len(outcomes) {
-		err = errors.New("gate: the rate limit service answered a different number of statuses")
+	return ans, err
+}
+
+// entries are the outcome's descriptor entries: its limit's parts' entry
+// names, and their values as the key holds them (bounded, unescaped).
+func (o *Outcome) entries() []rules.Entry {
+	out := make([]rules.Entry, len(o.l.parts))
+	vals := splitKey(o.Key, len(o.l.parts))
+	for j := range o.l.parts {
+		out[j] = rules.Entry{Key: o.l.parts[j].entry, Value: unescape(vals[j])}
 	}
-	return resp, err
+	return out
 }
 
 // splitKey splits a key into its n escaped parts.

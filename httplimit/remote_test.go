@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/gate/remote"
 	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/rules"
@@ -58,8 +59,12 @@ descriptors:
 	}
 	defer conn.Close()
 
+	rc, err := remote.New(rlsv3.NewRateLimitServiceClient(conn), remote.Options{Domain: "web", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, served := serve(t, httplimit.Options{Config: gate.Config{
-		Remote: &gate.Remote{Client: rlsv3.NewRateLimitServiceClient(conn), Domain: "web", Timeout: 5 * time.Second},
+		Remote: rc,
 		Limits: []gate.Limit{
 			{Name: "per-ip", Key: []gate.Part{gate.IP()}},
 			{Name: "free-users", Key: []gate.Part{gate.Const("tier", "free"), gate.Header("X-User").As("user").Or(gate.MissingSkip)}},
@@ -94,8 +99,12 @@ func TestRemoteServiceDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	rc, err := remote.New(rlsv3.NewRateLimitServiceClient(conn), remote.Options{Domain: "web", Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, served := serve(t, httplimit.Options{Config: gate.Config{
-		Remote: &gate.Remote{Client: rlsv3.NewRateLimitServiceClient(conn), Domain: "web", Timeout: 50 * time.Millisecond},
+		Remote: rc,
 		Limits: []gate.Limit{{Name: "per-ip", Key: []gate.Part{gate.IP()}}},
 	}})
 	start := time.Now()

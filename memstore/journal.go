@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // The journal keeps what the snapshot does not: every state change since
@@ -284,7 +285,7 @@ func (j *journal) record(p *floodgate.Policy, h uint64, state []int64) uint64 {
 	if !ok {
 		id = j.declare(p)
 	}
-	w := p.Width()
+	w := storekit.Width(p)
 	start := len(j.buf)
 	j.buf = slices.Grow(j.buf, 8+13+8*w)
 	j.buf = append(j.buf, 0, 0, 0, 0, 0, 0, 0, 0, recKey)
@@ -345,7 +346,7 @@ func (j *journal) declare(p *floodgate.Policy) uint32 {
 	start := len(j.buf)
 	j.buf = append(j.buf, 0, 0, 0, 0, 0, 0, 0, 0, recPolicy)
 	j.buf = le.AppendUint32(j.buf, id)
-	j.buf = le.AppendUint32(j.buf, uint32(1+p.Width()))
+	j.buf = le.AppendUint32(j.buf, uint32(1+storekit.Width(p)))
 	j.buf = append(j.buf, hdr...)
 	seal(j.buf[start:])
 	return id
@@ -692,8 +693,8 @@ func (s *Store) replayRecord(body []byte, pols map[uint32]*floodgate.Policy, sta
 		if err != nil {
 			return fmt.Sprintf("a policy record (policy %q): %v", h.Policy, err)
 		}
-		if int(w) != 1+p.Width() {
-			return fmt.Sprintf("a policy record (policy %q): %d words per key, want %d", h.Policy, w, 1+p.Width())
+		if int(w) != 1+storekit.Width(p) && int(w) != 1+compiledOf(p).LegacyWidth() {
+			return fmt.Sprintf("a policy record (policy %q): %d words per key, want %d", h.Policy, w, 1+storekit.Width(p))
 		}
 		pols[id] = p
 		return ""
@@ -705,16 +706,23 @@ func (s *Store) replayRecord(body []byte, pols map[uint32]*floodgate.Policy, sta
 		if p == nil {
 			return fmt.Sprintf("a key record under policy id %d, not declared before it", le.Uint32(body[1:]))
 		}
-		h := le.Uint64(body[5:])
-		if h == 0 || len(body) != 13+8*p.Width() {
-			return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*p.Width())
+		h, w, legacy := le.Uint64(body[5:]), storekit.Width(p), compiledOf(p).LegacyWidth()
+		if h == 0 || len(body) != 13+8*w && len(body) != 13+8*legacy {
+			return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*w)
 		}
-		st := slices.Grow((*state)[:0], p.Width())[:p.Width()]
+		n := (len(body) - 13) / 8
+		st := slices.Grow((*state)[:0], w+n)[:w+n]
 		*state = st
-		for i := range st {
-			st[i] = int64(le.Uint64(body[13+8*i:]))
+		for i := range n {
+			st[w+i] = int64(le.Uint64(body[13+8*i:]))
 		}
-		if !p.ValidState(st) {
+		if n == w {
+			copy(st, st[w:])
+		} else { // written before a sliding log counting rejections kept one more entry
+			compiledOf(p).Widen(st[w:], st[:w])
+		}
+		st = st[:w]
+		if !storekit.Valid(p, st) {
 			return fmt.Sprintf("a key record of policy %q: a state no rule of the policy could have written", p.Name())
 		}
 		s.replayKey(p, h, st, now)
@@ -733,12 +741,12 @@ func (s *Store) replayKey(p *floodgate.Policy, h uint64, state []int64, now int6
 		t = s.newTable(p)
 		t.restored = true
 		s.byName[p.Name()] = t
-	case !t.policy.Load().SameLayout(p):
+	case !storekit.SameLayout(t.policy.Load(), p):
 		t.migrate(p, now)
 	}
 	sh := &t.shards[h>>t.shift]
 	i := sh.find(h)
-	if p.Consumption(state, now) == 0 {
+	if storekit.Consumption(p, state, now) == 0 {
 		if i >= 0 {
 			sh.deleteAt(t, i)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 var jt0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -269,7 +270,7 @@ func TestJournalTornTailAndDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if len(whole) != int(first)+8+13+8*p.Width() {
+	if len(whole) != int(first)+8+13+8*storekit.Width(p) {
 		t.Fatalf("segment of %d bytes, want %d + one key record", len(whole), first)
 	}
 	check := func(what string, b []byte, wantRemaining int64, warn string) {

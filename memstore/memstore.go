@@ -48,6 +48,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // Options configure a Store. The zero value is a good default.
@@ -250,7 +251,7 @@ const refuseLogEvery = 10
 // for, as a store that cannot answer: by its rules' failure modes.
 func (s *Store) refuse(p *floodgate.Policy, d *floodgate.Decision) {
 	s.refused.Add(1)
-	*d = *p.Attached(refusalKey{}, func() any { return refusal(p) }).(*floodgate.Decision)
+	*d = *storekit.Attached(p, refusalKey{}, func() any { return refusal(p) }).(*floodgate.Decision)
 }
 
 type refusalKey struct{}
@@ -389,7 +390,7 @@ func (s *Store) hash(key string) uint64 {
 
 // table returns the table of p, creating or migrating it on first sight
 // of the policy object. The table is kept with the policy
-// (Policy.Attached, through a tableRef): looking it up takes no lock, and
+// (storekit.Attached, through a tableRef): looking it up takes no lock, and
 // a policy object no one uses any more takes its entry with it (a map of
 // policies here had to be copied whole at each new one, which made loading
 // many policies quadratic). The table may have been dropped since (Sweep):
@@ -408,7 +409,7 @@ func (s *Store) table(p *floodgate.Policy, now int64) *table {
 type tableRef struct{ t atomic.Pointer[table] }
 
 func (s *Store) ref(p *floodgate.Policy, now int64) *tableRef {
-	return p.Attached(s, func() any {
+	return storekit.Attached(p, s, func() any {
 		r := &tableRef{}
 		r.t.Store(s.bind(p, now))
 		return r
@@ -434,10 +435,10 @@ func (s *Store) bind(p *floodgate.Policy, now int64) *table {
 	case t == nil:
 		t = s.newTable(p)
 		s.byName[p.Name()] = t
-	case t.restored || p.Version() > t.policy.Load().Version():
+	case t.restored || storekit.Version(p) > storekit.Version(t.policy.Load()):
 		t.migrate(p, now)
 		t.restored = false
-	case p != t.policy.Load() && !p.SameLayout(t.policy.Load()):
+	case p != t.policy.Load() && !storekit.SameLayout(p, t.policy.Load()):
 		// An older version first used after a newer one: two different
 		// live policies of one name (floodgate.Policy), or a limiter still
 		// on the version before a change. Its callers are decided under
@@ -523,8 +524,8 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 			if j < 0 {
 				j = tsh.insert(tt, tp, h, now)
 			}
-			tp.MigrateOnto(fp, fsh.state(i), tsh.state(j), now)
-			if tp.Consumption(tsh.state(j), now) == 0 {
+			storekit.MigrateOnto(tp, fp, fsh.state(i), tsh.state(j), now)
+			if storekit.Consumption(tp, tsh.state(j), now) == 0 {
 				tsh.deleteAt(tt, j)
 			}
 			fsh.deleteAt(ft, i) // another shard's insert left this one alone
@@ -641,7 +642,7 @@ func (s *Store) admitGroup(now int64, ops []floodgate.Op, ms []groupMember, out 
 	newcomer := nbuf[:0]
 	for _, m := range ms {
 		i := m.sh.find(m.h)
-		newcomer = append(newcomer, i < 0 || m.t.policy.Load().Consumption(m.sh.state(i), now) == 0)
+		newcomer = append(newcomer, i < 0 || storekit.Consumption(m.t.policy.Load(), m.sh.state(i), now) == 0)
 	}
 	for j, m := range ms {
 		if ops[m.i].Kind != floodgate.OpAllow || !newcomer[j] {

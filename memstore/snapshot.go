@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/compiled"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // Snapshot file layout, little-endian:
@@ -305,6 +307,10 @@ func (s *Store) restore(path string) (bool, uint64, error) {
 	return true, from, nil
 }
 
+// compiledOf returns a policy's compiled rules: an older snapshot's or
+// journal's states are widened to them.
+var compiledOf = compiled.Of.(func(*floodgate.Policy) *compiled.Policy)
+
 // readSnapshot reads a snapshot into the store's tables, a key at a time:
 // each table is filled as it is read (keys with nothing consumed left out), marked
 // restored for its policy to take over, so that a restart holds the tables
@@ -346,15 +352,16 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			return fmt.Errorf("table %d (policy %q): %w", ti, h.Policy, err)
 		}
 		w, count := int(le.Uint32(hb[hl:])), le.Uint64(hb[hl+4:])
-		if w != 1+p.Width() {
-			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+p.Width())
+		legacy := w != 1+storekit.Width(p) && w == 1+compiledOf(p).LegacyWidth()
+		if w != 1+storekit.Width(p) && !legacy {
+			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+storekit.Width(p))
 		}
 		if count > uint64(s.opts.MaxKeys)*2 || count*uint64(w) > 1<<34 {
 			return fmt.Errorf("table %d (policy %q): %d keys, more than twice the cap of %d keys (MaxKeys) or 128 GiB", ti, h.Policy, count, s.opts.MaxKeys)
 		}
 		t := s.newTable(p)
 		wb := make([]byte, 8*w)
-		state := make([]int64, w-1)
+		state, wide := make([]int64, w-1), make([]int64, storekit.Width(p))
 		for i := range int(count) {
 			if _, err := io.ReadFull(r, wb); err != nil {
 				return fmt.Errorf("table %d (policy %q): key %d: %w", ti, h.Policy, i, err)
@@ -366,10 +373,15 @@ func (s *Store) readSnapshot(r io.Reader) error {
 			for j := range state {
 				state[j] = int64(le.Uint64(wb[8*(j+1):]))
 			}
-			if !p.ValidState(state) {
+			state := state
+			if legacy {
+				compiledOf(p).Widen(state, wide)
+				state = wide
+			}
+			if !storekit.Valid(p, state) {
 				return fmt.Errorf("table %d (policy %q): key %d: a state no rule of the policy could have written (the file is damaged)", ti, h.Policy, i)
 			}
-			if p.Consumption(state, now) == 0 {
+			if storekit.Consumption(p, state, now) == 0 {
 				continue
 			}
 			sh := &t.shards[hash>>t.shift]

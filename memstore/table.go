@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // A table holds the keys of one policy (by name), in shards chosen by the
@@ -84,7 +85,7 @@ func initialSlots(w int) int {
 const wideTableBytes = 1 << 20
 
 func (s *Store) newTable(p *floodgate.Policy) *table {
-	w := 1 + p.Width()
+	w := 1 + storekit.Width(p)
 	n := s.shards
 	for n > 1 && n*initialSlots(w)*w*8 > wideTableBytes {
 		n /= 2
@@ -93,7 +94,7 @@ func (s *Store) newTable(p *floodgate.Policy) *table {
 	t.policy.Store(p)
 	for i := range t.shards {
 		sh := &t.shards[i]
-		sh.w = 1 + p.Width()
+		sh.w = 1 + storekit.Width(p)
 		sh.rng = s.k0 ^ uint64(i+1)*0x9e3779b97f4a7c15
 	}
 	return t
@@ -132,19 +133,19 @@ func (sh *shard) do(t *table, h uint64, now int64, op *floodgate.Op, d *floodgat
 			// No room, and every key the shard could drop still
 			// constrains. A decision that keeps nothing (a cost too large)
 			// needs no room; any other is the rules' failure modes'.
-			if sh.fresh(p, now, op, d); p.Consumption(sh.scratch, now) > 0 {
+			if sh.fresh(p, now, op, d); storekit.Consumption(p, sh.scratch, now) > 0 {
 				t.store.refuse(p, d)
 			}
 			return
 		}
-		p.ApplyTo(sh.state(i), now, op, d)
+		storekit.ApplyTo(p, sh.state(i), now, op, d)
 		// A new key that was denied may hold nothing worth keeping.
-		if !d.Allowed && p.Consumption(sh.state(i), now) == 0 {
+		if !d.Allowed && storekit.Consumption(p, sh.state(i), now) == 0 {
 			sh.deleteAt(t, i)
 		}
 		return
 	}
-	p.ApplyTo(sh.state(i), now, op, d)
+	storekit.ApplyTo(p, sh.state(i), now, op, d)
 	if op.Kind == floodgate.OpReset {
 		sh.deleteAt(t, i)
 	}
@@ -153,11 +154,11 @@ func (sh *shard) do(t *table, h uint64, now int64, op *floodgate.Op, d *floodgat
 // fresh performs op on a fresh state in the shard's scratch words, which
 // hold the resulting state after.
 func (sh *shard) fresh(p *floodgate.Policy, now int64, op *floodgate.Op, d *floodgate.Decision) {
-	if len(sh.scratch) != p.Width() {
-		sh.scratch = make([]int64, p.Width())
+	if len(sh.scratch) != storekit.Width(p) {
+		sh.scratch = make([]int64, storekit.Width(p))
 	}
 	clear(sh.scratch)
-	p.ApplyTo(sh.scratch, now, op, d)
+	storekit.ApplyTo(p, sh.scratch, now, op, d)
 }
 
 // insert places a key with a fresh state and returns its slot, whatever
@@ -278,7 +279,7 @@ func (sh *shard) sweep(t *table, now int64) int {
 	p := t.policy.Load()
 	freed := 0
 	for i := 0; i <= sh.mask && sh.n > 0; {
-		if sh.words[i*sh.w] != 0 && p.Consumption(sh.state(i), now) == 0 {
+		if sh.words[i*sh.w] != 0 && storekit.Consumption(p, sh.state(i), now) == 0 {
 			sh.deleteAt(t, i) // another key may have moved into i: look again
 			freed++
 			continue
@@ -307,7 +308,7 @@ const sweepAtCapEvery = 10_000_000
 
 // evict makes room at a cap by dropping a key that no longer constrains,
 // and reports whether it found one. A key constrains while any of its
-// rules counts something against it (Policy.Consumption > 0): with u of a
+// rules counts something against it (storekit.Consumption > 0): with u of a
 // capacity B counted, a request of cost B-u+1, which a fresh key would
 // admit, is refused, so dropping the key could let a request past its
 // limit. A key with nothing counted decides as a key never seen: dropping
@@ -328,7 +329,7 @@ func (sh *shard) evict(t *table, p *floodgate.Policy, now int64) bool {
 			continue
 		}
 		seen++
-		if p.Consumption(sh.state(i), now) == 0 {
+		if storekit.Consumption(p, sh.state(i), now) == 0 {
 			sh.deleteAt(t, i)
 			t.store.evictions.Add(1)
 			return true
@@ -347,11 +348,11 @@ func (t *table) migrate(p *floodgate.Policy, now int64) {
 	t.lockAll()
 	defer t.unlockAll()
 	old := t.policy.Load()
-	if old.SameLayout(p) {
+	if storekit.SameLayout(old, p) {
 		t.policy.Store(p)
 		return
 	}
-	w := 1 + p.Width()
+	w := 1 + storekit.Width(p)
 	for i := range t.shards {
 		sh := &t.shards[i]
 		prev, ow := sh.words, sh.w
@@ -381,8 +382,8 @@ func (t *table) migrate(p *floodgate.Policy, now int64) {
 				k = (k + 1) & sh.mask
 			}
 			slot := sh.words[k*w : (k+1)*w]
-			p.Migrate(old, prev[j+1:j+ow], slot[1:], now)
-			if p.Consumption(slot[1:], now) == 0 {
+			storekit.Migrate(p, old, prev[j+1:j+ow], slot[1:], now)
+			if storekit.Consumption(p, slot[1:], now) == 0 {
 				clear(slot)
 				t.store.keys.Add(-1)
 				continue

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // randomRule draws a rule of any algorithm and mode, small enough that
@@ -76,7 +77,7 @@ func randomPolicy(r *rand.Rand, name string, spare *bool) *floodgate.Policy {
 	return p
 }
 
-// Random traces through the Go engine (Policy.Apply on local state, which
+// Random traces through the Go engine (storekit.Apply on local state, which
 // is what the memory store runs) and through Redis with the same injected
 // times must give identical decisions: the Lua is the same math.
 func TestDifferentialAgainstGo(t *testing.T) {
@@ -149,15 +150,15 @@ func differential(t *testing.T, srv *redistest.Server, scripts, batch bool, trac
 			}
 			l := keys[key]
 			if l == nil {
-				l = &local{st: make([]int64, p.Width()), p: p}
+				l = &local{st: make([]int64, storekit.Width(p)), p: p}
 				keys[key] = l
 			}
 			if l.p != p {
-				st := make([]int64, p.Width())
-				p.Migrate(l.p, l.st, st, now)
+				st := make([]int64, storekit.Width(p))
+				storekit.Migrate(p, l.p, l.st, st, now)
 				l.st, l.p = st, p
 			}
-			want := p.Apply(l.st, now, op)
+			want := storekit.Apply(p, l.st, now, op)
 			got, err := s.Do(ctx, now, op)
 			log = append(log, fmt.Sprintf("  step %d t=%d %s %s cost=%d maxDelay=%s spare=%v -> %+v", step, now, key, op.Kind, op.Cost, op.MaxDelay, spare, want))
 			if err != nil || got != want {

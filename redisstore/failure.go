@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // breaker stops every call paying the timeout while Redis is down: after
@@ -178,7 +179,7 @@ func newFallback() (*fallback, error) {
 func (f *fallback) close() error { return f.mem.Close() }
 
 func (f *fallback) plan(p *floodgate.Policy) *plan {
-	return p.Attached(f, func() any { return f.newPlan(p) }).(*plan)
+	return storekit.Attached(p, f, func() any { return f.newPlan(p) }).(*plan)
 }
 
 // newPlan builds p's plan (see plan).

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/algo"
 	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // Where Redis and local decisions meet (failure_mode local).
@@ -382,7 +383,7 @@ func seedCharge(p *floodgate.Policy, pl *plan, rule string, remaining int64) int
 	if j < 0 {
 		return 0
 	}
-	full, loc := p.Compiled()[i].Burst, pl.local.Compiled()[j].Burst
+	full, loc := compiledOf(p).Params[i].Burst, compiledOf(pl.local).Params[j].Burst
 	used := max(0, full-max(0, remaining))
 	if used == 0 || full <= 0 {
 		return 0
@@ -395,7 +396,7 @@ func seedCharge(p *floodgate.Policy, pl *plan, rule string, remaining int64) int
 
 // policyNames returns p's rule names, in order (kept with p).
 func policyNames(p *floodgate.Policy) []string {
-	return p.Attached(namesKey{}, func() any {
+	return storekit.Attached(p, namesKey{}, func() any {
 		rs := p.Rules()
 		names := make([]string, len(rs))
 		for i := range rs {
@@ -423,8 +424,8 @@ const ledgerWords = 64
 type ledgerKey struct{}
 
 func shapeOf(p *floodgate.Policy, pl *plan) *ledgerShape {
-	return p.Attached(ledgerKey{}, func() any {
-		all := p.Compiled()
+	return storekit.Attached(p, ledgerKey{}, func() any {
+		all := compiledOf(p).Params
 		sh := &ledgerShape{}
 		for _, i := range pl.index {
 			q := all[i]

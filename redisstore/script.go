@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/algo"
+	"github.com/floodgate/floodgate/internal/compiled"
 )
 
 // The decision code: redisstore/lua/*.lua in name order (helpers, one file
@@ -108,8 +109,11 @@ type policyArgs struct {
 	cal    bool     // some rule follows the calendar
 }
 
+// compiledOf returns a policy's compiled rules, which the Lua is given.
+var compiledOf = compiled.Of.(func(*floodgate.Policy) *compiled.Policy)
+
 func newPolicyArgs(p *floodgate.Policy) *policyArgs {
-	ps := p.Compiled()
+	ps := compiledOf(p).Params
 	rules := p.Rules()
 	pa := &policyArgs{rules: ps, static: make([]string, 0, len(ps)*ruleFields)}
 	for i := range ps {

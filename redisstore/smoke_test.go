@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 func TestSmoke(t *testing.T) {
@@ -38,12 +39,12 @@ func TestSmoke(t *testing.T) {
 		{Algorithm: floodgate.SlidingSubwindow, Limit: 3, Period: time.Minute, Granularity: time.Second},
 	} {
 		p := floodgate.MustPolicy("smoke-"+string(r.Algorithm)+string(r.Refill)+string(r.Calendar), r)
-		mem := make([]int64, p.Width())
+		mem := make([]int64, storekit.Width(p))
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 		for i := range 6 {
 			now += int64(i) * 7_000_000
 			op := floodgate.Op{Policy: p, Key: "k", Kind: floodgate.OpAllow, Cost: 1}
-			want := p.Apply(mem, now, op)
+			want := storekit.Apply(p, mem, now, op)
 			got, err := s.Do(ctx, now, op)
 			if err != nil || got != want {
 				t.Errorf("%s step %d:\n got %+v %v\nwant %+v", p.Name(), i, got, err, want)
@@ -72,7 +73,7 @@ func TestHugeCost(t *testing.T) {
 		{Algorithm: floodgate.GCRA, Limit: 1, Period: 365 * 24 * time.Hour},
 	} {
 		p := floodgate.MustPolicy("huge-"+string(r.Algorithm)+string(r.Refill), r)
-		mem := make([]int64, p.Width())
+		mem := make([]int64, storekit.Width(p))
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 		for i, step := range []struct {
 			kind floodgate.OpKind
@@ -80,7 +81,7 @@ func TestHugeCost(t *testing.T) {
 		}{{floodgate.OpAllow, 1}, {floodgate.OpAllow, huge}, {floodgate.OpAllow, 1}, {floodgate.OpRefund, huge}, {floodgate.OpAllow, 1}} {
 			now += 1_000
 			op := floodgate.Op{Policy: p, Key: "k", Kind: step.kind, Cost: step.cost}
-			want := p.Apply(mem, now, op)
+			want := storekit.Apply(p, mem, now, op)
 			got, err := s.Do(ctx, now, op)
 			if err != nil || got != want {
 				t.Errorf("%s step %d:\n got %+v %v\nwant %+v", p.Name(), i, got, err, want)

@@ -49,6 +49,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // Options configure a Store.
@@ -323,10 +324,10 @@ func (s *Store) Key(policy, key string) string {
 // policyArgs returns p's prepared arguments, kept with p (so they go when
 // p does: a map of policies here grew at every reload of the rules).
 func (s *Store) policyArgs(p *floodgate.Policy) *policyArgs {
-	return p.Attached(argsKey{}, func() any { return newPolicyArgs(p) }).(*policyArgs)
+	return storekit.Attached(p, argsKey{}, func() any { return newPolicyArgs(p) }).(*policyArgs)
 }
 
-// argsKey is the key of a policy's prepared arguments (Policy.Attached):
+// argsKey is the key of a policy's prepared arguments (storekit.Attached):
 // they depend on the policy alone, so every store shares them.
 type argsKey struct{}
 

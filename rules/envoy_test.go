@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // es builds entries from key, value pairs.
@@ -202,18 +203,18 @@ func TestEnvoyWindows(t *testing.T) {
 	// runs from Thursday 00:00 UTC, and 70 requests a week means the 71st
 	// waits for the next Thursday.
 	p := c.Match("test-domain", es("key7", "x")).Limit.Policy
-	state := make([]int64, p.Width())
+	state := make([]int64, storekit.Width(p))
 	week := (7 * 24 * time.Hour).Microseconds()
 	start := 2914 * week // a Thursday in November 2025
 	for i := 0; i < 70; i++ {
-		if d := p.Apply(state, start+int64(i), floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); !d.Allowed {
+		if d := storekit.Apply(p, state, start+int64(i), floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); !d.Allowed {
 			t.Fatalf("request %d denied", i)
 		}
 	}
-	if d := p.Apply(state, start+week-1, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); d.Allowed || d.RetryAfter != time.Microsecond {
+	if d := storekit.Apply(p, state, start+week-1, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); d.Allowed || d.RetryAfter != time.Microsecond {
 		t.Errorf("71st request: %+v, want denied until the week ends", d)
 	}
-	if d := p.Apply(state, start+week, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); !d.Allowed {
+	if d := storekit.Apply(p, state, start+week, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); !d.Allowed {
 		t.Errorf("first request of the next week denied")
 	}
 	if time.UnixMicro(start).UTC().Weekday() != time.Thursday {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 func mustParse(t *testing.T, src string) *Domain {
@@ -153,14 +154,14 @@ descriptors:
 	}
 	// All or nothing within the descriptor: the 11th request in a second
 	// is denied and consumes nothing from the minute rules.
-	state := make([]int64, l.Policy.Width())
+	state := make([]int64, storekit.Width(l.Policy))
 	now := int64(1e15)
 	for i := 0; i < 10; i++ {
-		if d := l.Policy.Apply(state, now, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); !d.Allowed {
+		if d := storekit.Apply(l.Policy, state, now, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); !d.Allowed {
 			t.Fatalf("request %d denied", i)
 		}
 	}
-	if d := l.Policy.Apply(state, now, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); d.Allowed || d.Rule != "per_second" {
+	if d := storekit.Apply(l.Policy, state, now, floodgate.Op{Kind: floodgate.OpAllow, Cost: 1}); d.Allowed || d.Rule != "per_second" {
 		t.Errorf("11th: %+v", d)
 	}
 }

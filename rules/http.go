@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // An HTTPRoute is one entry of a file's http section: which HTTP requests
@@ -77,7 +77,8 @@ type HTTPKeyPart struct {
 // HTTP returns the domain's http routes in file order.
 func (d *Domain) HTTP() []*HTTPRoute { return append([]*HTTPRoute(nil), d.http...) }
 
-// field names of the http section, for "unknown field" hints
+// field names of the http section, for "unknown field" hints (the names
+// the parser's tables read: TestFieldListsMatchTables)
 var (
 	httpFields = []string{"name", "match", "key", "action", "status", "max_delay", "redirect", "redirect_status",
 		"ban", "cost", "exempt_cidrs", "rate_limit", "rate_limits"}
@@ -159,201 +160,261 @@ type parsedRoute struct {
 // reported).
 func (p *parser) httpRoute(m *yaml.Node, path string, i int) (*parsedRoute, bool) {
 	r := &parsedRoute{HTTPRoute: HTTPRoute{Name: fmt.Sprintf("http[%d]", i), File: p.file, Line: m.Line, Cost: 1, Action: "deny"}}
+	rs := &routeSpec{later: map[string]*field{}, actionLine: m.Line, actionOK: true}
+	ok := p.routeFields(m, path, r, rs)
+	ok = p.routeKey(r, rs.later["key"], m.Line, path) && ok
+	if rs.actionOK {
+		ok = p.routeAction(r, rs, path) && ok
+	}
+	return r, p.routeLimit(r, rs, path) && ok
+}
+
+// routeSpec is what a route's fields say that is read once they all are.
+type routeSpec struct {
+	later      map[string]*field // key, rate_limit(s) and actionFields, by name
+	actionLine int               // the line of the action, else of the route
+	actionOK   bool              // the action, if given, is known
+}
+
+// A routeReader reads one field of a route (its value not null); false if
+// it was bad (reported).
+type routeReader func(p *parser, r *parsedRoute, rs *routeSpec, f *field, path string) bool
+
+// routeReaders read the route fields that need no other; routeLater keeps
+// the rest for routeKey, routeAction and routeLimit.
+var routeReaders = map[string]routeReader{
+	"name":   (*parser).routeName,
+	"action": (*parser).routeActionName,
+	"match": func(p *parser, r *parsedRoute, _ *routeSpec, f *field, path string) bool {
+		return p.httpMatch(f.val, path, &r.HTTPRoute)
+	},
+	"cost": func(p *parser, r *parsedRoute, _ *routeSpec, f *field, path string) (ok bool) {
+		r.Cost, ok = p.integer(f.val, path, 1, 1e9)
+		return ok
+	},
+	"exempt_cidrs": func(p *parser, r *parsedRoute, _ *routeSpec, f *field, path string) (ok bool) {
+		r.ExemptCIDRs, ok = p.httpCIDRs(f.val, path)
+		return ok
+	},
+}
+
+// routeLater reports whether a route's field is read once all are.
+func routeLater(name string) bool {
+	return name == "key" || name == "rate_limit" || name == "rate_limits" || actionFieldOf(name) != nil
+}
+
+// routeFields reads a route's fields, keeping those read later in rs.
+func (p *parser) routeFields(m *yaml.Node, path string, r *parsedRoute, rs *routeSpec) bool {
 	ok := true
-	var keyF, statusF, delayF, redirF, rstatusF, banF, rl, rls *field
-	actionLine := m.Line
-	actionOK := true
 	fs := p.fields(m, path)
-	for j := range fs {
-		f := &fs[j]
-		fp := join(path, f.name)
+	for i := range fs {
+		f := &fs[i]
 		if isNull(p.resolve(f.val)) {
 			continue
 		}
-		good := true
-		switch f.name {
-		case "name":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				switch {
-				case s == "":
-					p.add(f.val.Line, fp, "must not be empty")
-					good = false
-				case hasCtl(s):
-					p.add(f.val.Line, fp, "must not hold control characters")
-					good = false
-				default:
-					r.Name = s
-				}
-			}
-		case "match":
-			good = p.httpMatch(f.val, fp, &r.HTTPRoute)
-		case "key":
-			keyF = f
-		case "action":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				actionLine = f.val.Line
-				if s = strings.ToLower(s); contains(httpActions, s) {
-					r.Action = s
-				} else {
-					p.add(f.val.Line, fp, "unknown action %q (want deny, ban, delay, redirect or shadow)", s)
-					good = false
-				}
-			}
-			actionOK = good
-		case "status":
-			statusF = f
-		case "max_delay":
-			delayF = f
-		case "redirect":
-			redirF = f
-		case "redirect_status":
-			rstatusF = f
-		case "ban":
-			banF = f
-		case "cost":
-			r.Cost, good = p.integer(f.val, fp, 1, 1e9)
-		case "exempt_cidrs":
-			r.ExemptCIDRs, good = p.httpCIDRs(f.val, fp)
-		case "rate_limit":
-			rl = f
-		case "rate_limits":
-			rls = f
+		switch read := routeReaders[f.name]; {
+		case read != nil:
+			ok = read(p, r, rs, f, join(path, f.name)) && ok
+		case routeLater(f.name):
+			rs.later[f.name] = f
 		default:
 			p.unknownRouteField(*f, path)
-			good = false
-		}
-		ok = ok && good
-	}
-
-	// key
-	if keyF == nil {
-		p.add(m.Line, join(path, "key"), "missing: a route needs a key: the descriptor entries its requests are counted by, such as [remote_address]")
-		ok = false
-	} else {
-		r.keyLine = keyF.key.Line
-		var good bool
-		if r.Key, good = p.httpKey(keyF, join(path, "key")); !good {
 			ok = false
 		}
 	}
+	return ok
+}
 
-	// What the action needs, and what it refuses.
-	if actionOK {
-		act := r.Action
-		refuse := func(f *field, what string) {
-			p.add(f.key.Line, join(path, f.name), "only action %s has %s (this route's action is %s)", what, f.name, act)
+func (p *parser) routeName(r *parsedRoute, _ *routeSpec, f *field, path string) bool {
+	s, ok := p.str(f.val, path)
+	switch {
+	case !ok:
+		return false
+	case s == "":
+		p.add(f.val.Line, path, "must not be empty")
+		return false
+	case hasCtl(s):
+		p.add(f.val.Line, path, "must not hold control characters")
+		return false
+	}
+	r.Name = s
+	return true
+}
+
+func (p *parser) routeActionName(r *parsedRoute, rs *routeSpec, f *field, path string) bool {
+	s, ok := p.str(f.val, path)
+	if ok {
+		rs.actionLine = f.val.Line
+		if s = strings.ToLower(s); contains(httpActions, s) {
+			r.Action = s
+		} else {
+			p.add(f.val.Line, path, "unknown action %q (want deny, ban, delay, redirect or shadow)", s)
 			ok = false
-		}
-		need := func(name, what string) {
-			p.add(actionLine, join(path, name), "missing: action %s needs %s", act, what)
-			ok = false
-		}
-		if statusF != nil {
-			if act == "redirect" || act == "shadow" {
-				p.add(statusF.key.Line, join(path, "status"), "action %s refuses no request, so it has no status (redirect_status is a redirect's)", act)
-				ok = false
-			} else if s, good := p.integer(statusF.val, join(path, "status"), 400, 599); good {
-				r.Status = int(s)
-			} else {
-				ok = false
-			}
-		}
-		if r.Status == 0 && act != "redirect" && act != "shadow" {
-			r.Status = 429
-		}
-		switch {
-		case delayF != nil && act != "delay":
-			refuse(delayF, "delay")
-		case delayF != nil:
-			fp := join(path, "max_delay")
-			if d, good := p.duration(delayF.val, fp); !good {
-				ok = false
-			} else if d > maxHTTPDelay {
-				p.add(delayF.val.Line, fp, "%v is too long (at most %v): a waiting request holds its connection", d, maxHTTPDelay)
-				ok = false
-			} else {
-				r.MaxDelay = d
-			}
-		case act == "delay":
-			need("max_delay", "max_delay: the longest a request waits for the limit (a duration such as \"500ms\")")
-		}
-		switch {
-		case redirF != nil && act != "redirect":
-			refuse(redirF, "redirect")
-		case redirF != nil:
-			fp := join(path, "redirect")
-			if s, good := p.str(redirF.val, fp); !good {
-				ok = false
-			} else if msg := checkRedirect(s); msg != "" {
-				p.add(redirF.val.Line, fp, "%s", msg)
-				ok = false
-			} else {
-				r.Redirect = s
-			}
-		case act == "redirect":
-			need("redirect", "redirect: where to send requests over the limit (an absolute http(s) URL or a path starting with \"/\")")
-		}
-		switch {
-		case rstatusF != nil && act != "redirect":
-			refuse(rstatusF, "redirect")
-		case rstatusF != nil:
-			fp := join(path, "redirect_status")
-			if s, good := p.integer(rstatusF.val, fp, 100, 999); !good {
-				ok = false
-			} else if s != 301 && s != 302 && s != 303 && s != 307 && s != 308 {
-				p.add(rstatusF.val.Line, fp, "%d is not a redirect status (want 301, 302, 303, 307 or 308)", s)
-				ok = false
-			} else {
-				r.RedirectStatus = int(s)
-			}
-		}
-		if act == "redirect" && r.RedirectStatus == 0 {
-			r.RedirectStatus = 302
-		}
-		switch {
-		case banF != nil && act != "ban":
-			refuse(banF, "ban")
-		case banF != nil:
-			var good bool
-			if r.Ban, good = p.httpBan(banF.val, join(path, "ban")); !good {
-				ok = false
-			}
-		case act == "ban":
-			need("ban", "ban: {threshold, interval, duration}")
 		}
 	}
+	rs.actionOK = ok
+	return ok
+}
 
-	// The route's own limit.
-	if rl != nil && rls != nil {
+// routeKey reads the route's key, which every route has.
+func (p *parser) routeKey(r *parsedRoute, f *field, line int, path string) bool {
+	if f == nil {
+		p.add(line, join(path, "key"), "missing: a route needs a key: the descriptor entries its requests are counted by, such as [remote_address]")
+		return false
+	}
+	r.keyLine = f.key.Line
+	var ok bool
+	r.Key, ok = p.httpKey(f, join(path, "key"))
+	return ok
+}
+
+// An actionField is a route field that only some actions take.
+type actionField struct {
+	name    string
+	actions []string // the actions that take it
+	need    string   // what it gives, if those actions need it; "" if optional
+	refuse  string   // why other actions refuse it (%s: the action), if not "only action X has it"
+	read    func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool
+}
+
+// actionFields are the route fields only some actions take, in the order
+// they are checked.
+var actionFields = []actionField{
+	{name: "status", actions: []string{"deny", "ban", "delay"}, read: (*parser).routeStatus,
+		refuse: "action %s refuses no request, so it has no status (redirect_status is a redirect's)"},
+	{name: "max_delay", actions: []string{"delay"}, read: (*parser).routeMaxDelay,
+		need: "max_delay: the longest a request waits for the limit (a duration such as \"500ms\")"},
+	{name: "redirect", actions: []string{"redirect"}, read: (*parser).routeRedirect,
+		need: "redirect: where to send requests over the limit (an absolute http(s) URL or a path starting with \"/\")"},
+	{name: "redirect_status", actions: []string{"redirect"}, read: (*parser).routeRedirectStatus},
+	{name: "ban", actions: []string{"ban"}, read: (*parser).routeBan,
+		need: "ban: {threshold, interval, duration}"},
+}
+
+func actionFieldOf(name string) *actionField {
+	for i := range actionFields {
+		if actionFields[i].name == name {
+			return &actionFields[i]
+		}
+	}
+	return nil
+}
+
+// routeAction reads the fields of actionFields: what the route's action
+// needs, and what it refuses.
+func (p *parser) routeAction(r *parsedRoute, rs *routeSpec, path string) bool {
+	ok, act := true, r.Action
+	for _, af := range actionFields {
+		f, takes := rs.later[af.name], contains(af.actions, act)
+		switch {
+		case f != nil && !takes && af.refuse != "":
+			p.add(f.key.Line, join(path, f.name), af.refuse, act)
+			ok = false
+		case f != nil && !takes:
+			p.add(f.key.Line, join(path, f.name), "only action %s has %s (this route's action is %s)", af.actions[0], f.name, act)
+			ok = false
+		case f != nil:
+			ok = af.read(p, &r.HTTPRoute, f.val, join(path, f.name)) && ok
+		case takes && af.need != "":
+			p.add(rs.actionLine, join(path, af.name), "missing: action %s needs %s", act, af.need)
+			ok = false
+		}
+	}
+	if r.Status == 0 && act != "redirect" && act != "shadow" {
+		r.Status = 429
+	}
+	if act == "redirect" && r.RedirectStatus == 0 {
+		r.RedirectStatus = 302
+	}
+	return ok
+}
+
+func (p *parser) routeStatus(r *HTTPRoute, v *yaml.Node, path string) bool {
+	s, ok := p.integer(v, path, 400, 599)
+	if ok {
+		r.Status = int(s)
+	}
+	return ok
+}
+
+func (p *parser) routeMaxDelay(r *HTTPRoute, v *yaml.Node, path string) bool {
+	d, ok := p.duration(v, path)
+	if !ok {
+		return false
+	}
+	if d > maxHTTPDelay {
+		p.add(v.Line, path, "%v is too long (at most %v): a waiting request holds its connection", d, maxHTTPDelay)
+		return false
+	}
+	r.MaxDelay = d
+	return true
+}
+
+func (p *parser) routeRedirect(r *HTTPRoute, v *yaml.Node, path string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
+	}
+	if msg := checkRedirect(s); msg != "" {
+		p.add(v.Line, path, "%s", msg)
+		return false
+	}
+	r.Redirect = s
+	return true
+}
+
+func (p *parser) routeRedirectStatus(r *HTTPRoute, v *yaml.Node, path string) bool {
+	s, ok := p.integer(v, path, 100, 999)
+	if !ok {
+		return false
+	}
+	if s != 301 && s != 302 && s != 303 && s != 307 && s != 308 {
+		p.add(v.Line, path, "%d is not a redirect status (want 301, 302, 303, 307 or 308)", s)
+		return false
+	}
+	r.RedirectStatus = int(s)
+	return true
+}
+
+func (p *parser) routeBan(r *HTTPRoute, v *yaml.Node, path string) (ok bool) {
+	r.Ban, ok = p.httpBan(v, path)
+	return ok
+}
+
+// routeLimit reads the route's own rate_limit or rate_limits, if any.
+func (p *parser) routeLimit(r *parsedRoute, rs *routeSpec, path string) bool {
+	rl, rls := rs.later["rate_limit"], rs.later["rate_limits"]
+	switch {
+	case rl != nil && rls != nil:
 		p.add(rls.key.Line, join(path, "rate_limits"), "give rate_limit or rate_limits, not both")
-		ok = false
-	} else if rl != nil || rls != nil {
-		l := p.limit(rl, rls, path, nil)
-		if l == nil {
-			return r, false
-		}
-		// p.limit filed it among the descriptor tree's limits: it is not one.
-		if n := len(p.dom.limits); n > 0 && p.dom.limits[n-1] == l {
-			p.dom.limits = p.dom.limits[:n-1]
-		}
-		l.ShadowMode = r.Action == "shadow"
-		if l.Policy != nil {
-			pol, err := floodgate.NewPolicy(httpPolicyName(p.dom.Name, r.Name), l.Policy.Rules()...)
-			if err != nil { // cannot happen: the rules were valid
-				p.add(l.Line, path, "%v", err)
-				return r, false
-			}
-			l.Policy = pol
-			if r.Action == "delay" && !pol.CanDelay() {
-				p.add(actionLine, join(path, "action"), "delay needs a bucket algorithm (token_bucket, gcra, leaky_bucket) in the route's rate_limit; windows never delay, so every request over it would be refused")
-				ok = false
-			}
-		}
-		r.Limit = l
+		return false
+	case rl == nil && rls == nil:
+		return true
 	}
-	return r, ok
+	l := p.limit(rl, rls, path, nil)
+	if l == nil {
+		return false
+	}
+	// p.limit filed it among the descriptor tree's limits: it is not one.
+	if n := len(p.dom.limits); n > 0 && p.dom.limits[n-1] == l {
+		p.dom.limits = p.dom.limits[:n-1]
+	}
+	l.ShadowMode = r.Action == "shadow"
+	ok := true
+	if l.Policy != nil {
+		pol, err := floodgate.NewPolicy(httpPolicyName(p.dom.Name, r.Name), l.Policy.Rules()...)
+		if err != nil { // cannot happen: the rules were valid
+			p.add(l.Line, path, "%v", err)
+			return false
+		}
+		l.Policy = pol
+		if r.Action == "delay" && !pol.CanDelay() {
+			p.add(rs.actionLine, join(path, "action"), "delay needs a bucket algorithm (token_bucket, gcra, leaky_bucket) in the route's rate_limit; windows never delay, so every request over it would be refused")
+			ok = false
+		}
+	}
+	r.Limit = l
+	return ok
 }
 
 // unknownRouteField reports an unknown field of a route, with a hint.
@@ -383,6 +444,24 @@ func (p *parser) unknownIn(f field, path string, allowed []string) {
 	p.add(f.key.Line, join(path, f.name), "%s", msg)
 }
 
+// matchReaders read each field of a route's match into the route.
+var matchReaders = map[string]func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool{
+	"host": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) (ok bool) {
+		r.Hosts, ok = p.stringList(v, path, "match.host", normHost)
+		return ok
+	},
+	"methods": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) (ok bool) {
+		r.Methods, ok = p.stringList(v, path, "match.methods", normMethod)
+		return ok
+	},
+	"path_prefix": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool {
+		return p.checked(v, path, checkPrefix, &r.PathPrefix)
+	},
+	"path": func(p *parser, r *HTTPRoute, v *yaml.Node, path string) bool {
+		return p.checked(v, path, checkPathPattern, &r.Path)
+	},
+}
+
 // httpMatch reads a route's match into r.
 func (p *parser) httpMatch(v *yaml.Node, path string, r *HTTPRoute) bool {
 	m, ok := p.mapping(v, path)
@@ -390,51 +469,50 @@ func (p *parser) httpMatch(v *yaml.Node, path string, r *HTTPRoute) bool {
 		return false
 	}
 	for _, f := range p.fields(m, path) {
-		fp := join(path, f.name)
 		if isNull(p.resolve(f.val)) {
 			continue
 		}
-		good := true
-		switch f.name {
-		case "host":
-			r.Hosts, good = p.stringList(f.val, fp, "match.host", func(s string) (string, string) { return normHost(s) })
-		case "methods":
-			r.Methods, good = p.stringList(f.val, fp, "match.methods", func(s string) (string, string) {
-				if !isToken(s) {
-					return "", fmt.Sprintf("%q is not a method name (a token: letters, digits and !#$%%&'*+-.^_`|~)", s)
-				}
-				return strings.ToUpper(s), ""
-			})
-		case "path_prefix":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				if msg := checkPath(s, "path_prefix"); msg != "" {
-					p.add(f.val.Line, fp, "%s", msg)
-					good = false
-				} else if strings.Contains(s, "*") {
-					p.add(f.val.Line, fp, "a prefix has no wildcards (use path: %q for a pattern)", s)
-					good = false
-				} else {
-					r.PathPrefix = s
-				}
-			}
-		case "path":
-			var s string
-			if s, good = p.str(f.val, fp); good {
-				if msg := checkPathPattern(s); msg != "" {
-					p.add(f.val.Line, fp, "%s", msg)
-					good = false
-				} else {
-					r.Path = s
-				}
-			}
-		default:
+		if read := matchReaders[f.name]; read != nil {
+			ok = read(p, r, f.val, join(path, f.name)) && ok
+		} else {
 			p.unknownIn(f, path, httpMatchFields)
-			good = false
+			ok = false
 		}
-		ok = ok && good
 	}
 	return ok
+}
+
+// checked reads a string into *to unless check says what is wrong with it.
+func (p *parser) checked(v *yaml.Node, path string, check func(string) string, to *string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
+	}
+	if msg := check(s); msg != "" {
+		p.add(v.Line, path, "%s", msg)
+		return false
+	}
+	*to = s
+	return true
+}
+
+// normMethod uppercases a match.methods entry, or says what is wrong with it.
+func normMethod(s string) (string, string) {
+	if !isToken(s) {
+		return "", fmt.Sprintf("%q is not a method name (a token: letters, digits and !#$%%&'*+-.^_`|~)", s)
+	}
+	return strings.ToUpper(s), ""
+}
+
+// checkPrefix says what is wrong with a match.path_prefix, if anything.
+func checkPrefix(s string) string {
+	if msg := checkPath(s, "path_prefix"); msg != "" {
+		return msg
+	}
+	if strings.Contains(s, "*") {
+		return fmt.Sprintf("a prefix has no wildcards (use path: %q for a pattern)", s)
+	}
+	return ""
 }
 
 // stringList reads a string or a non-empty list of strings, each
@@ -496,33 +574,44 @@ func normHost(s string) (string, string) {
 		return "", fmt.Sprintf("%q would match every host: leave match.host out instead", s)
 	}
 	name, wild := strings.CutPrefix(h, "*.")
-	if strings.HasPrefix(name, "[") {
-		a, err := netip.ParseAddr(strings.TrimSuffix(name[1:], "]"))
-		if wild || !strings.HasSuffix(name, "]") || err != nil || !a.Is6() || a.Zone() != "" {
-			return "", fmt.Sprintf("%q is not a host: an IPv6 address is written in brackets, as in \"[2001:db8::1]\", without a port", s)
-		}
-		return "[" + a.String() + "]", ""
-	}
-	if strings.Contains(name, ":") {
+	switch {
+	case strings.HasPrefix(name, "["):
+		return normIPv6(s, name, wild)
+	case strings.Contains(name, ":"):
 		if _, err := netip.ParseAddr(name); err == nil {
 			return "", fmt.Sprintf("write an IPv6 address in brackets: \"[%s]\"", name)
 		}
 		return "", fmt.Sprintf("%q has a port: a host is matched whatever the request's port", s)
-	}
-	if strings.Contains(name, "*") {
+	case strings.Contains(name, "*"):
 		return "", fmt.Sprintf("%q: a wildcard host is \"*.\" then a domain, as in \"*.example.com\"", s)
-	}
-	if len(name) > 253 {
+	case len(name) > 253:
 		return "", fmt.Sprintf("a host name is at most 253 bytes, not %d", len(name))
+	case !hostLabels(name):
+		return "", fmt.Sprintf("%q is not a host name (dot-separated labels of letters, digits, '-' and '_')", s)
 	}
+	return h, ""
+}
+
+// normIPv6 reads name, "[address]", of the match.host s.
+func normIPv6(s, name string, wild bool) (string, string) {
+	a, err := netip.ParseAddr(strings.TrimSuffix(name[1:], "]"))
+	if wild || !strings.HasSuffix(name, "]") || err != nil || !a.Is6() || a.Zone() != "" {
+		return "", fmt.Sprintf("%q is not a host: an IPv6 address is written in brackets, as in \"[2001:db8::1]\", without a port", s)
+	}
+	return "[" + a.String() + "]", ""
+}
+
+// hostLabels reports whether name is dot-separated labels of 1 to 63
+// letters, digits, '-' and '_'.
+func hostLabels(name string) bool {
 	for _, label := range strings.Split(name, ".") {
 		if label == "" || len(label) > 63 || strings.IndexFunc(label, func(c rune) bool {
 			return !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_')
 		}) >= 0 {
-			return "", fmt.Sprintf("%q is not a host name (dot-separated labels of letters, digits, '-' and '_')", s)
+			return false
 		}
 	}
-	return h, ""
+	return true
 }
 
 // checkPath says what is wrong with a path (or path prefix), if anything.
@@ -738,54 +827,89 @@ func (p *parser) httpKey(f *field, path string) ([]HTTPKeyPart, bool) {
 
 // httpKeyPart reads one entry of a route's key.
 func (p *parser) httpKeyPart(v *yaml.Node, path string) (HTTPKeyPart, bool) {
-	var kp HTTPKeyPart
 	switch v.Kind {
 	case yaml.ScalarNode:
-		s, ok := p.str(v, path)
-		if !ok {
-			return kp, false
-		}
-		switch {
-		case contains(httpBareKinds, s):
-			return HTTPKeyPart{Kind: s, Entry: s}, true
-		case s == "generic":
-			p.add(v.Line, path, "generic needs a value and an entry: write {generic: VALUE, entry: KEY}")
-		case contains(httpNamedKinds, s):
-			p.add(v.Line, path, "%s needs a name: write {%s: NAME}", s, s)
-		default:
-			msg := fmt.Sprintf("unknown key part %q (want remote_address, path, method, host, or a mapping: {header: NAME}, {cookie: NAME}, {query: NAME}, {generic: VALUE, entry: KEY})", s)
-			if c := closest(s, append(httpBareKinds[:len(httpBareKinds):len(httpBareKinds)], httpNamedKinds...)); c != "" {
-				msg = fmt.Sprintf("unknown key part %q (did you mean %q?)", s, c)
-			}
-			p.add(v.Line, path, "%s", msg)
-		}
-		return kp, false
+		return p.bareKeyPart(v, path)
 	case yaml.MappingNode:
-	default:
-		p.add(v.Line, path, "want a key part (remote_address, path, method, host, or a mapping such as {header: X-API-Key}), got %s", kindName(v))
-		return kp, false
+		return p.namedKeyPart(v, path)
 	}
-	ok := true
-	var kindF, entryF, missingF *field
+	p.add(v.Line, path, "want a key part (remote_address, path, method, host, or a mapping such as {header: X-API-Key}), got %s", kindName(v))
+	return HTTPKeyPart{}, false
+}
+
+// bareKeyPart reads a key part written as a string: remote_address, path,
+// method or host.
+func (p *parser) bareKeyPart(v *yaml.Node, path string) (HTTPKeyPart, bool) {
+	s, ok := p.str(v, path)
+	if !ok {
+		return HTTPKeyPart{}, false
+	}
+	switch {
+	case contains(httpBareKinds, s):
+		return HTTPKeyPart{Kind: s, Entry: s}, true
+	case s == "generic":
+		p.add(v.Line, path, "generic needs a value and an entry: write {generic: VALUE, entry: KEY}")
+	case contains(httpNamedKinds, s):
+		p.add(v.Line, path, "%s needs a name: write {%s: NAME}", s, s)
+	default:
+		msg := fmt.Sprintf("unknown key part %q (want remote_address, path, method, host, or a mapping: {header: NAME}, {cookie: NAME}, {query: NAME}, {generic: VALUE, entry: KEY})", s)
+		if c := closest(s, append(httpBareKinds[:len(httpBareKinds):len(httpBareKinds)], httpNamedKinds...)); c != "" {
+			msg = fmt.Sprintf("unknown key part %q (did you mean %q?)", s, c)
+		}
+		p.add(v.Line, path, "%s", msg)
+	}
+	return HTTPKeyPart{}, false
+}
+
+// namedKinds are the key parts written {kind: NAME}, those of
+// httpNamedKinds: whether the name must be an HTTP token, the entry key
+// a name gives (nil: the part needs an entry), and whether the part takes
+// missing (a request may lack it).
+var namedKinds = map[string]struct {
+	token   bool
+	entry   func(name string) string
+	missing bool
+}{
+	"header":  {token: true, entry: strings.ToLower, missing: true},
+	"cookie":  {token: true, entry: func(name string) string { return "cookie." + name }, missing: true},
+	"query":   {entry: func(name string) string { return "query." + name }, missing: true},
+	"generic": {},
+}
+
+// namedKeyPart reads a key part written as a mapping: {header: NAME},
+// {cookie: NAME}, {query: NAME} or {generic: VALUE, entry: KEY}, with
+// entry and missing.
+func (p *parser) namedKeyPart(v *yaml.Node, path string) (HTTPKeyPart, bool) {
+	kindF, entryF, missingF, ok := p.keyPartFields(v, path)
+	if kindF == nil {
+		if ok {
+			p.add(v.Line, path, "missing: a key part names one of header, cookie, query or generic (or is a bare remote_address, path, method or host)")
+		}
+		return HTTPKeyPart{}, false
+	}
+	kp := HTTPKeyPart{Kind: kindF.name}
+	ok = p.keyPartName(&kp, kindF, path) && ok
+	ok = p.keyPartEntry(&kp, entryF, v.Line, path) && ok
+	return kp, p.keyPartMissing(&kp, missingF, path) && ok
+}
+
+// keyPartFields sorts a key part's fields: its kind, entry and missing.
+func (p *parser) keyPartFields(v *yaml.Node, path string) (kindF, entryF, missingF *field, ok bool) {
+	ok = true
 	fs := p.fields(v, path)
 	for i := range fs {
 		f := &fs[i]
 		switch {
+		case contains(httpNamedKinds, f.name) && kindF != nil:
+			p.add(f.key.Line, join(path, f.name), "a key part is one of header, cookie, query or generic, and %s is given too", kindF.name)
+			ok = false
 		case contains(httpNamedKinds, f.name):
-			if kindF != nil {
-				p.add(f.key.Line, join(path, f.name), "a key part is one of header, cookie, query or generic, and %s is given too", kindF.name)
-				ok = false
-				continue
-			}
 			kindF = f
-		case f.name == "entry":
-			if !isNull(p.resolve(f.val)) {
-				entryF = f
-			}
-		case f.name == "missing":
-			if !isNull(p.resolve(f.val)) {
-				missingF = f
-			}
+		case f.name == "entry" && !isNull(p.resolve(f.val)):
+			entryF = f
+		case f.name == "missing" && !isNull(p.resolve(f.val)):
+			missingF = f
+		case f.name == "entry", f.name == "missing":
 		case contains(httpBareKinds, f.name):
 			p.add(f.key.Line, join(path, f.name), "%s takes no name: write it as a bare string, %s (its entry key is %q)", f.name, f.name, f.name)
 			ok = false
@@ -794,70 +918,83 @@ func (p *parser) httpKeyPart(v *yaml.Node, path string) (HTTPKeyPart, bool) {
 			ok = false
 		}
 	}
-	if kindF == nil {
-		if ok {
-			p.add(v.Line, path, "missing: a key part names one of header, cookie, query or generic (or is a bare remote_address, path, method or host)")
-		}
-		return kp, false
-	}
-	kp.Kind = kindF.name
+	return kindF, entryF, missingF, ok
+}
+
+// keyPartName reads the name of a key part (a generic part's value), and
+// the entry key it gives.
+func (p *parser) keyPartName(kp *HTTPKeyPart, f *field, path string) bool {
 	fp := join(path, kp.Kind)
-	if s, good := p.str(kindF.val, fp); !good {
-		ok = false
-	} else {
-		switch {
-		case s == "":
-			p.add(kindF.val.Line, fp, "must not be empty")
-			ok = false
-		case (kp.Kind == "header" || kp.Kind == "cookie") && !isToken(s):
-			p.add(kindF.val.Line, fp, "%q is not a %s name (a token: letters, digits and !#$%%&'*+-.^_`|~)", s, kp.Kind)
-			ok = false
-		case hasCtl(s):
-			p.add(kindF.val.Line, fp, "must not hold control characters")
-			ok = false
-		}
-		kp.Name = s
-		switch kp.Kind {
-		case "header":
-			kp.Entry = strings.ToLower(s)
-		case "cookie", "query":
-			kp.Entry = kp.Kind + "." + s
-		}
+	s, ok := p.str(f.val, fp)
+	if !ok {
+		return false
 	}
-	if entryF != nil {
-		ep := join(path, "entry")
-		if s, good := p.str(entryF.val, ep); !good {
-			ok = false
-		} else if s == "" {
-			p.add(entryF.val.Line, ep, "must not be empty")
-			ok = false
-		} else {
-			kp.Entry = s
-		}
-	} else if kp.Kind == "generic" {
-		p.add(v.Line, join(path, "entry"), "missing: generic needs the entry key its value goes under")
+	kind := namedKinds[kp.Kind]
+	switch {
+	case s == "":
+		p.add(f.val.Line, fp, "must not be empty")
+		ok = false
+	case kind.token && !isToken(s):
+		p.add(f.val.Line, fp, "%q is not a %s name (a token: letters, digits and !#$%%&'*+-.^_`|~)", s, kp.Kind)
+		ok = false
+	case hasCtl(s):
+		p.add(f.val.Line, fp, "must not hold control characters")
 		ok = false
 	}
-	if kp.Kind == "generic" {
-		if missingF != nil {
-			p.add(missingF.key.Line, join(path, "missing"), "a generic value is never missing: only header, cookie and query parts have missing")
-			ok = false
-		}
-	} else {
-		kp.Missing = "ip"
-		if missingF != nil {
-			mp := join(path, "missing")
-			if s, good := p.str(missingF.val, mp); !good {
-				ok = false
-			} else if s = strings.ToLower(s); s == "ip" || s == "shared" || s == "skip" {
-				kp.Missing = s
-			} else {
-				p.add(missingF.val.Line, mp, "unknown missing %q (want ip, shared or skip)", s)
-				ok = false
-			}
-		}
+	kp.Name = s
+	if kind.entry != nil {
+		kp.Entry = kind.entry(s)
 	}
-	return kp, ok
+	return ok
+}
+
+// keyPartEntry reads a key part's entry, which generic needs.
+func (p *parser) keyPartEntry(kp *HTTPKeyPart, f *field, line int, path string) bool {
+	ep := join(path, "entry")
+	if f == nil {
+		if namedKinds[kp.Kind].entry == nil {
+			p.add(line, ep, "missing: %s needs the entry key its value goes under", kp.Kind)
+			return false
+		}
+		return true
+	}
+	s, ok := p.str(f.val, ep)
+	if !ok {
+		return false
+	}
+	if s == "" {
+		p.add(f.val.Line, ep, "must not be empty")
+		return false
+	}
+	kp.Entry = s
+	return true
+}
+
+// keyPartMissing reads a key part's missing, which only the parts a
+// request may lack take.
+func (p *parser) keyPartMissing(kp *HTTPKeyPart, f *field, path string) bool {
+	mp := join(path, "missing")
+	if !namedKinds[kp.Kind].missing {
+		if f != nil {
+			p.add(f.key.Line, mp, "a %s value is never missing: only header, cookie and query parts have missing", kp.Kind)
+			return false
+		}
+		return true
+	}
+	kp.Missing = "ip"
+	if f == nil {
+		return true
+	}
+	s, ok := p.str(f.val, mp)
+	if !ok {
+		return false
+	}
+	if s = strings.ToLower(s); s != "ip" && s != "shared" && s != "skip" {
+		p.add(f.val.Line, mp, "unknown missing %q (want ip, shared or skip)", s)
+		return false
+	}
+	kp.Missing = s
+	return true
 }
 
 func hasCtl(s string) bool {

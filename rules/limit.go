@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The units of envoyproxy/ratelimit, and their windows as it computes
@@ -66,201 +66,6 @@ var weekdays = map[string]time.Weekday{
 	"thursday": time.Thursday, "friday": time.Friday, "saturday": time.Saturday,
 	"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday, "wed": time.Wednesday,
 	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
-}
-
-// spec is one rate_limit (or rate_limits entry) as written.
-type spec struct {
-	path   string
-	line   int
-	lines  map[string]int // field → line of its value
-	set    map[string]bool
-	failed bool
-
-	unit        string
-	unitWin     time.Duration
-	rpu         int64
-	mult        int64
-	unlimited   bool
-	name        string
-	replaces    []string
-	window      time.Duration
-	calendar    string
-	tz          *time.Location
-	tzName      string
-	weekStart   time.Weekday
-	algorithm   string
-	burst       int64
-	refill      string
-	granularity time.Duration
-	mode        string
-	softPercent int64
-	countRej    bool
-	failMode    string
-	localPct    int64
-}
-
-func (s *spec) has(f string) bool { return s.set[f] }
-
-// lineOf returns the line of field f, else of the mapping.
-func (s *spec) lineOf(f string) int {
-	if l, ok := s.lines[f]; ok {
-		return l
-	}
-	return s.line
-}
-
-// readSpec reads a rate_limit mapping.
-func (p *parser) readSpec(v *yaml.Node, path string) *spec {
-	m, ok := p.mapping(v, path)
-	if !ok {
-		return nil
-	}
-	s := &spec{path: path, line: m.Line, lines: map[string]int{}, set: map[string]bool{}}
-	emptyUnit := 0 // the line of unit: "", if given
-	for _, f := range p.fields(m, path) {
-		fp := join(path, f.name)
-		val := p.resolve(f.val)
-		if val == nil {
-			s.failed = true
-			continue
-		}
-		if !contains(ruleFields, f.name) {
-			p.unknown(f, path, ruleFields)
-			s.failed = true
-			continue
-		}
-		if isNull(val) {
-			continue
-		}
-		s.lines[f.name] = f.key.Line
-		s.set[f.name] = true
-		ok := true
-		switch f.name {
-		case "unit":
-			var u string
-			if u, ok = p.str(val, fp); ok {
-				s.unit = strings.ToLower(u)
-				if u == "" {
-					// Read once unlimited is known, below: an empty unit
-					// is absent when unlimited, as envoyproxy/ratelimit
-					// takes it, and unknown otherwise.
-					emptyUnit = val.Line
-					break
-				}
-				if s.unitWin, ok = unitWindow(s.unit); !ok {
-					p.add(val.Line, fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", u)
-				}
-			}
-		case "requests_per_unit":
-			s.rpu, ok = p.integer(val, fp, 0, math.MaxUint32)
-		case "unit_multiplier":
-			s.mult, ok = p.integer(val, fp, 1, math.MaxUint32)
-		case "unlimited":
-			s.unlimited, ok = p.boolean(val, fp)
-		case "name":
-			s.name, ok = p.str(val, fp)
-			if ok && s.name == "" {
-				p.add(val.Line, fp, "must not be empty")
-				ok = false
-			}
-		case "replaces":
-			var items []*yaml.Node
-			if items, ok = p.seq(val, fp); ok {
-				for i, it := range items {
-					ip := fmt.Sprintf("%s[%d]", fp, i)
-					name, good := p.replacesEntry(it, ip)
-					if !good {
-						ok = false
-						continue
-					}
-					s.replaces = append(s.replaces, name)
-				}
-			}
-		case "window":
-			s.window, ok = p.duration(val, fp)
-		case "calendar":
-			var c string
-			if c, ok = p.str(val, fp); ok {
-				s.calendar = strings.ToLower(c)
-				if s.calendar != "day" && s.calendar != "week" && s.calendar != "month" {
-					p.add(val.Line, fp, "unknown calendar %q (want day, week or month)", c)
-					ok = false
-				}
-			}
-		case "time_zone":
-			var z string
-			if z, ok = p.str(val, fp); ok {
-				loc, err := loadLocation(z)
-				if err != nil {
-					p.add(val.Line, fp, "unknown time zone %q (want an IANA name such as Europe/Paris, or UTC)", z)
-					ok = false
-				}
-				s.tz, s.tzName = loc, z
-			}
-		case "week_start":
-			var w string
-			if w, ok = p.str(val, fp); ok {
-				var found bool
-				if s.weekStart, found = weekdays[strings.ToLower(w)]; !found {
-					p.add(val.Line, fp, "unknown weekday %q (want monday, tuesday, ... sunday)", w)
-					ok = false
-				}
-			}
-		case "algorithm":
-			s.algorithm, ok = p.str(val, fp)
-		case "burst":
-			s.burst, ok = p.integer(val, fp, 1, 1<<51)
-		case "refill":
-			s.refill, ok = p.str(val, fp)
-		case "granularity":
-			s.granularity, ok = p.duration(val, fp)
-		case "mode":
-			var md string
-			if md, ok = p.str(val, fp); ok {
-				s.mode = strings.ToLower(md)
-				switch s.mode {
-				case "hard", "soft":
-				case "elastic":
-					p.add(val.Line, fp, "elastic mode needs a live spare-capacity signal, which a rules file cannot give; use hard or soft (elastic rules are built in Go with floodgate.Rule.Spare)")
-					ok = false
-				default:
-					p.add(val.Line, fp, "unknown mode %q (want hard or soft)", md)
-					ok = false
-				}
-			}
-		case "soft_percent":
-			s.softPercent, ok = p.integer(val, fp, 1, 10000)
-		case "elastic_ceiling":
-			p.add(val.Line, fp, "elastic mode is not available in rules files (it needs a live spare-capacity signal); use mode: soft with soft_percent")
-			ok = false
-		case "count_rejected":
-			s.countRej, ok = p.boolean(val, fp)
-		case "failure_mode":
-			var fm string
-			if fm, ok = p.str(val, fp); ok {
-				s.failMode = strings.ToLower(fm)
-				if s.failMode != "open" && s.failMode != "closed" && s.failMode != "local" {
-					p.add(val.Line, fp, "unknown failure mode %q (want open, closed or local)", fm)
-					ok = false
-				}
-			}
-		case "local_percent":
-			s.localPct, ok = p.integer(val, fp, 1, 100)
-		}
-		if !ok {
-			s.failed = true
-		}
-	}
-	if emptyUnit > 0 {
-		if s.unlimited {
-			delete(s.set, "unit")
-			delete(s.lines, "unit")
-		} else {
-			p.add(emptyUnit, join(path, "unit"), "unknown unit \"\" (want second, minute, hour, day, week, month or year)")
-			s.failed = true
-		}
-	}
-	return s
 }
 
 // zones caches loaded time zones (only valid names, so it stays small): a
@@ -327,66 +132,15 @@ func (p *parser) duration(v *yaml.Node, path string) (time.Duration, bool) {
 
 // limit reads a node's rate_limit or rate_limits into a Limit.
 func (p *parser) limit(rl, rls *field, path string, chain []*node) *Limit {
-	var specs []*spec
-	var fieldPath string
-	var line int
-	if rl != nil {
-		fieldPath, line = join(path, "rate_limit"), rl.key.Line
-		s := p.readSpec(rl.val, fieldPath)
-		if s == nil {
-			return nil
-		}
-		specs = append(specs, s)
-	} else {
-		fieldPath, line = join(path, "rate_limits"), rls.key.Line
-		items, ok := p.seq(rls.val, fieldPath)
-		if !ok {
-			return nil
-		}
-		if len(items) == 0 {
-			p.add(line, fieldPath, "an empty list: give at least one rule")
-			return nil
-		}
-		if len(items) > 16 {
-			p.add(line, fieldPath, "%d rules; a descriptor holds at most 16", len(items))
-			return nil
-		}
-		for i, it := range items {
-			s := p.readSpec(it, fmt.Sprintf("%s[%d]", fieldPath, i))
-			if s == nil {
-				return nil
-			}
-			specs = append(specs, s)
-		}
-	}
-	failed := false
-	for _, s := range specs {
-		failed = failed || s.failed
-	}
-	if failed {
+	specs, fieldPath, line := p.limitSpecs(rl, rls, path)
+	if specs == nil {
 		return nil
 	}
-
+	list, first := rls != nil, specs[0]
 	l := &Limit{File: p.file, Line: line, Domain: p.dom.Name, path: chain}
-	first := specs[0]
 	l.Name, l.NameGiven = first.name, first.name != ""
 	l.Replaces = first.replaces
-	for _, s := range specs[1:] {
-		if s.has("replaces") {
-			p.add(s.lineOf("replaces"), join(s.path, "replaces"), "belongs in the first entry of rate_limits (its name and replaces name the whole limit)")
-			failed = true
-		}
-		if s.unlimited {
-			p.add(s.lineOf("unlimited"), join(s.path, "unlimited"), "an unlimited descriptor has a single rate_limit")
-			failed = true
-		}
-	}
-	for _, r := range l.Replaces {
-		if l.NameGiven && r == l.Name {
-			p.add(first.lineOf("replaces"), join(first.path, "replaces"), "replaces should not contain the name of the same limit (%q)", r)
-			failed = true
-		}
-	}
+	headOK := p.limitHead(l, specs)
 	for _, n := range chain {
 		l.ShareThreshold = l.ShareThreshold || n.share
 		l.ValueToMetric = l.ValueToMetric || n.toMetric
@@ -394,76 +148,15 @@ func (p *parser) limit(rl, rls *field, path string, chain []*node) *Limit {
 	l.stat = statPath(p.dom.Name, chain)
 
 	if first.unlimited {
-		if rls != nil {
-			p.add(first.lineOf("unlimited"), join(first.path, "unlimited"), "an unlimited descriptor has a single rate_limit")
-			return nil
-		}
-		if first.has("unit") {
-			p.add(first.lineOf("unit"), join(first.path, "unit"), "should not specify rate limit unit when unlimited")
-			return nil
-		}
-		for _, f := range ruleFields {
-			switch f {
-			case "unit", "unlimited", "name", "replaces", "requests_per_unit":
-				continue
-			}
-			if first.has(f) {
-				p.add(first.lineOf(f), join(first.path, f), "an unlimited limit has no %s", f)
-				failed = true
-			}
-		}
-		if failed {
+		if !p.unlimited(first, list) || !headOK {
 			return nil
 		}
 		l.Unlimited = true
 		p.dom.limits = append(p.dom.limits, l)
 		return l
 	}
-
-	var rules []floodgate.Rule
-	names := map[string]int{}
-	for _, s := range specs {
-		r, info, ok := p.rule(s, rls != nil)
-		if !ok {
-			failed = true
-			continue
-		}
-		if r.Name == "" {
-			base := info.Unit
-			switch {
-			case base != "":
-			case info.Calendar != "":
-				base = "calendar_" + info.Calendar
-			default:
-				base = info.Window
-			}
-			names[base]++
-			r.Name = base
-			if names[base] > 1 {
-				r.Name = fmt.Sprintf("%s#%d", base, names[base])
-			}
-			info.Name = r.Name
-		}
-		rules = append(rules, r)
-		l.rules = append(l.rules, info)
-	}
-	if failed {
-		return nil
-	}
-	if first.rpu == 0 {
-		if rls != nil {
-			p.add(first.lineOf("requests_per_unit"), join(first.path, "requests_per_unit"), "must be positive in rate_limits (a single rate_limit with requests_per_unit: 0 blocks every request)")
-			return nil
-		}
-		l.Blocked = true
-	}
-	for _, s := range specs[1:] {
-		if s.rpu == 0 {
-			p.add(s.lineOf("requests_per_unit"), join(s.path, "requests_per_unit"), "must be positive in rate_limits")
-			failed = true
-		}
-	}
-	if failed {
+	rules, ok := p.limitRules(l, specs, list)
+	if !ok || !headOK || !p.blocked(l, specs, list) {
 		return nil
 	}
 	pol, err := floodgate.NewPolicy(policyName(p.dom.Name, chain), rules...)
@@ -472,24 +165,7 @@ func (p *parser) limit(rl, rls *field, path string, chain []*node) *Limit {
 		return nil
 	}
 	l.Policy = pol
-	w := rules[0].Period
-	if rules[0].Calendar != "" {
-		switch rules[0].Calendar {
-		case floodgate.CalendarDay:
-			w = 24 * time.Hour
-		case floodgate.CalendarWeek:
-			w = 7 * 24 * time.Hour
-		case floodgate.CalendarMonth:
-			w = 30 * 24 * time.Hour
-		}
-		if l.rules[0].Unit == "month" { // unit: month as a calendar month (Options.CalendarMonth)
-			l.Unit, l.MultipliedUnit, l.UnitMultiplier = "month", "month", 1
-		}
-	} else {
-		l.Unit = unitOf(w)
-		l.MultipliedUnit, l.UnitMultiplier = multipliedUnit(w)
-	}
-	l.Window = w
+	limitWindow(l, rules[0])
 	if !l.Blocked {
 		l.RequestsPerUnit = uint32(first.rpu)
 	}
@@ -497,66 +173,204 @@ func (p *parser) limit(rl, rls *field, path string, chain []*node) *Limit {
 	return l
 }
 
+// limitSpecs reads rate_limit, or each entry of rate_limits, and the path
+// and line of the field; nil if any is bad (reported).
+func (p *parser) limitSpecs(rl, rls *field, path string) (specs []*spec, fieldPath string, line int) {
+	if rl != nil {
+		fieldPath, line = join(path, "rate_limit"), rl.key.Line
+		s := p.readSpec(rl.val, fieldPath)
+		if s == nil || s.failed {
+			return nil, "", 0
+		}
+		return []*spec{s}, fieldPath, line
+	}
+	fieldPath, line = join(path, "rate_limits"), rls.key.Line
+	items, ok := p.seq(rls.val, fieldPath)
+	switch {
+	case !ok:
+		return nil, "", 0
+	case len(items) == 0:
+		p.add(line, fieldPath, "an empty list: give at least one rule")
+		return nil, "", 0
+	case len(items) > 16:
+		p.add(line, fieldPath, "%d rules; a descriptor holds at most 16", len(items))
+		return nil, "", 0
+	}
+	for i, it := range items {
+		s := p.readSpec(it, fmt.Sprintf("%s[%d]", fieldPath, i))
+		if s == nil {
+			return nil, "", 0
+		}
+		specs = append(specs, s)
+	}
+	for _, s := range specs {
+		if s.failed {
+			return nil, "", 0
+		}
+	}
+	return specs, fieldPath, line
+}
+
+// limitHead checks what names the whole limit, said in the first entry of
+// rate_limits only: replaces (and name), and unlimited.
+func (p *parser) limitHead(l *Limit, specs []*spec) bool {
+	ok := true
+	for _, s := range specs[1:] {
+		if s.has("replaces") {
+			p.add(s.lineOf("replaces"), join(s.path, "replaces"), "belongs in the first entry of rate_limits (its name and replaces name the whole limit)")
+			ok = false
+		}
+		if s.unlimited {
+			p.add(s.lineOf("unlimited"), join(s.path, "unlimited"), "an unlimited descriptor has a single rate_limit")
+			ok = false
+		}
+	}
+	first := specs[0]
+	for _, r := range l.Replaces {
+		if l.NameGiven && r == l.Name {
+			p.add(first.lineOf("replaces"), join(first.path, "replaces"), "replaces should not contain the name of the same limit (%q)", r)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// unlimitedTakes are the rate_limit fields an unlimited limit may have
+// (unit only when empty).
+var unlimitedTakes = []string{"unit", "unlimited", "name", "replaces", "requests_per_unit"}
+
+// unlimited checks an unlimited limit's single rate_limit.
+func (p *parser) unlimited(s *spec, list bool) bool {
+	if list {
+		p.add(s.lineOf("unlimited"), join(s.path, "unlimited"), "an unlimited descriptor has a single rate_limit")
+		return false
+	}
+	if s.has("unit") {
+		p.add(s.lineOf("unit"), join(s.path, "unit"), "should not specify rate limit unit when unlimited")
+		return false
+	}
+	ok := true
+	for _, f := range ruleFields {
+		if s.has(f) && !contains(unlimitedTakes, f) {
+			p.add(s.lineOf(f), join(s.path, f), "an unlimited limit has no %s", f)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// limitRules turns each spec into a rule, naming those without a name.
+func (p *parser) limitRules(l *Limit, specs []*spec, list bool) ([]floodgate.Rule, bool) {
+	var rules []floodgate.Rule
+	names := map[string]int{}
+	ok := true
+	for _, s := range specs {
+		r, info, good := p.rule(s, list)
+		if !good {
+			ok = false
+			continue
+		}
+		if r.Name == "" {
+			r.Name = ruleName(info, names)
+			info.Name = r.Name
+		}
+		rules = append(rules, r)
+		l.rules = append(l.rules, info)
+	}
+	return rules, ok
+}
+
+// ruleName names a rule by its window ("minute", "calendar_day", "1m30s"),
+// "#2" added for a second rule of that window, and so on.
+func ruleName(info ruleInfo, names map[string]int) string {
+	base := info.Unit
+	switch {
+	case base != "":
+	case info.Calendar != "":
+		base = "calendar_" + info.Calendar
+	default:
+		base = info.Window
+	}
+	names[base]++
+	if names[base] > 1 {
+		return fmt.Sprintf("%s#%d", base, names[base])
+	}
+	return base
+}
+
+// blocked reads requests_per_unit: 0, which blocks every request in a
+// single rate_limit and is refused in rate_limits.
+func (p *parser) blocked(l *Limit, specs []*spec, list bool) bool {
+	first := specs[0]
+	if first.rpu == 0 {
+		if list {
+			p.add(first.lineOf("requests_per_unit"), join(first.path, "requests_per_unit"), "must be positive in rate_limits (a single rate_limit with requests_per_unit: 0 blocks every request)")
+			return false
+		}
+		l.Blocked = true
+	}
+	ok := true
+	for _, s := range specs[1:] {
+		if s.rpu == 0 {
+			p.add(s.lineOf("requests_per_unit"), join(s.path, "requests_per_unit"), "must be positive in rate_limits")
+			ok = false
+		}
+	}
+	return ok
+}
+
+// limitWindow states a limit's window as its first rule r has it.
+func limitWindow(l *Limit, r floodgate.Rule) {
+	w := r.Period
+	if r.Calendar == "" {
+		l.Unit = unitOf(w)
+		l.MultipliedUnit, l.UnitMultiplier = multipliedUnit(w)
+		l.Window = w
+		return
+	}
+	switch r.Calendar {
+	case floodgate.CalendarDay:
+		w = 24 * time.Hour
+	case floodgate.CalendarWeek:
+		w = 7 * 24 * time.Hour
+	case floodgate.CalendarMonth:
+		w = 30 * 24 * time.Hour
+	}
+	if l.rules[0].Unit == "month" { // unit: month as a calendar month (Options.CalendarMonth)
+		l.Unit, l.MultipliedUnit, l.UnitMultiplier = "month", "month", 1
+	}
+	l.Window = w
+}
+
+// A problem is a rules-file field and what is wrong with it; the zero
+// problem is none.
+type problem struct{ field, msg string }
+
 // rule turns a spec into an engine rule, validating it on its own.
 func (p *parser) rule(s *spec, list bool) (floodgate.Rule, ruleInfo, bool) {
 	var info ruleInfo
-	fail := func(f, format string, args ...any) (floodgate.Rule, ruleInfo, bool) {
-		p.add(s.lineOf(f), join(s.path, f), format, args...)
+	fail := func(pb problem) (floodgate.Rule, ruleInfo, bool) {
+		p.add(s.lineOf(pb.field), join(s.path, pb.field), "%s", pb.msg)
 		return floodgate.Rule{}, info, false
 	}
-	if !s.has("requests_per_unit") {
-		return fail("requests_per_unit", "missing: how many requests each window admits (requests_per_unit: 0 blocks every request)")
+	if pb := specProblem(s); pb.field != "" {
+		return fail(pb)
 	}
-	switch {
-	case s.has("unit") && s.has("window"):
-		return fail("window", "give unit or window, not both")
-	case s.has("calendar") && (s.has("unit") || s.has("window")):
-		return fail("calendar", "a calendar window replaces unit and window: give one of them")
-	case !s.has("unit") && !s.has("window") && !s.has("calendar"):
-		if s.has("unlimited") {
-			return fail("unit", "missing: with unlimited: false the limit needs a unit (second, minute, hour, day, week, month or year)")
-		}
-		return fail("unit", "missing: a rate_limit needs a unit (second, minute, hour, day, week, month or year) or unlimited: true")
-	case s.has("unit_multiplier") && !s.has("unit"):
-		return fail("unit_multiplier", "needs a unit")
-	case s.has("time_zone") && !s.has("calendar"):
-		return fail("time_zone", "only calendar windows have a time zone")
-	case s.has("week_start") && s.calendar != "week":
-		return fail("week_start", "only calendar: week windows have a first weekday")
-	case s.has("soft_percent") && s.mode != "soft":
-		return fail("soft_percent", "needs mode: soft")
-	case s.mode == "soft" && !s.has("soft_percent"):
-		return fail("mode", "soft needs soft_percent: how far beyond the limit to admit, in percent")
-	}
-	fm := s.failMode
-	if fm == "" {
-		fm = p.fail.mode
-	}
-	var pct int64
-	switch {
-	case s.has("local_percent") && fm != "local":
-		return fail("local_percent", "needs failure_mode: local")
-	case fm == "local":
-		pct = s.localPct
-		if !s.has("local_percent") {
-			pct = p.fail.percent
-		}
-		if pct == 0 {
-			return fail("failure_mode", "local needs local_percent (1 to 100): the share of the limit each instance allows on its own")
-		}
+	fm, pct, pb := p.failureMode(s)
+	if pb.field != "" {
+		return fail(pb)
 	}
 	r := floodgate.Rule{
-		Name:          s.name,
-		Algorithm:     floodgate.FixedWindow,
-		Limit:         s.rpu,
-		Burst:         s.burst,
-		Refill:        floodgate.Refill(s.refill),
-		Granularity:   s.granularity,
-		CountRejected: s.countRej,
-		SoftPercent:   s.softPercent,
-	}
-	if r.Limit == 0 {
-		r.Limit = 1 // the placeholder of a blocked limit
+		Name:           s.name,
+		Algorithm:      floodgate.FixedWindow,
+		Limit:          max(s.rpu, 1), // 1: the placeholder of a blocked limit
+		Burst:          s.burst,
+		Refill:         floodgate.Refill(s.refill),
+		Granularity:    s.granularity,
+		CountRejected:  s.countRej,
+		SoftPercent:    s.softPercent,
+		OnStoreFailure: floodgate.FailureMode(fm),
+		LocalPercent:   pct,
 	}
 	if !list {
 		r.Name = "" // a single rate_limit's name names the limit, not the rule
@@ -567,27 +381,103 @@ func (p *parser) rule(s *spec, list bool) (floodgate.Rule, ruleInfo, bool) {
 	if s.mode == "soft" {
 		r.Mode = floodgate.Soft
 	}
+	if pb := p.ruleWindow(s, &r, &info); pb.field != "" {
+		return fail(pb)
+	}
+	describeRule(&info, r, s)
+
+	// Validate the rule on its own, so each rule's problem is reported at
+	// its own lines.
+	if _, err := floodgate.NewPolicy("check", r); err != nil {
+		p.ruleError(err, []*spec{s}, s.path, s.line)
+		return floodgate.Rule{}, info, false
+	}
+	return r, info, true
+}
+
+// specNeeds are the rate_limit fields allowed only where another field
+// has some value, in the order they are checked.
+var specNeeds = []struct {
+	field string
+	with  func(*spec) bool
+	msg   string
+}{
+	{"unit_multiplier", func(s *spec) bool { return s.has("unit") }, "needs a unit"},
+	{"time_zone", func(s *spec) bool { return s.has("calendar") }, "only calendar windows have a time zone"},
+	{"week_start", func(s *spec) bool { return s.calendar == "week" }, "only calendar: week windows have a first weekday"},
+	{"soft_percent", func(s *spec) bool { return s.mode == "soft" }, "needs mode: soft"},
+}
+
+// specProblem is the first problem of s's fields together: what is
+// missing, what excludes what, and specNeeds.
+func specProblem(s *spec) problem {
+	unit, window, calendar := s.has("unit"), s.has("window"), s.has("calendar")
+	switch {
+	case !s.has("requests_per_unit"):
+		return problem{"requests_per_unit", "missing: how many requests each window admits (requests_per_unit: 0 blocks every request)"}
+	case unit && window:
+		return problem{"window", "give unit or window, not both"}
+	case calendar && (unit || window):
+		return problem{"calendar", "a calendar window replaces unit and window: give one of them"}
+	case !unit && !window && !calendar && s.has("unlimited"):
+		return problem{"unit", "missing: with unlimited: false the limit needs a unit (second, minute, hour, day, week, month or year)"}
+	case !unit && !window && !calendar:
+		return problem{"unit", "missing: a rate_limit needs a unit (second, minute, hour, day, week, month or year) or unlimited: true"}
+	}
+	for _, n := range specNeeds {
+		if s.has(n.field) && !n.with(s) {
+			return problem{n.field, n.msg}
+		}
+	}
+	if s.mode == "soft" && !s.has("soft_percent") {
+		return problem{"mode", "soft needs soft_percent: how far beyond the limit to admit, in percent"}
+	}
+	return problem{}
+}
+
+// failureMode is a rule's failure mode, its own or the file's, and its
+// share in local mode.
+func (p *parser) failureMode(s *spec) (string, int64, problem) {
+	fm := s.failMode
+	if fm == "" {
+		fm = p.fail.mode
+	}
+	if fm != "local" {
+		if s.has("local_percent") {
+			return fm, 0, problem{"local_percent", "needs failure_mode: local"}
+		}
+		return fm, 0, problem{}
+	}
+	pct := s.localPct
+	if !s.has("local_percent") {
+		pct = p.fail.percent
+	}
+	if pct == 0 {
+		return fm, 0, problem{"failure_mode", "local needs local_percent (1 to 100): the share of the limit each instance allows on its own"}
+	}
+	return fm, pct, problem{}
+}
+
+// ruleWindow sets r's window from s's unit, window or calendar.
+func (p *parser) ruleWindow(s *spec, r *floodgate.Rule, info *ruleInfo) problem {
 	switch {
 	case s.has("unit") && s.unit == "month" && p.opts.CalendarMonth:
 		// envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT: calendar
 		// months in UTC.
 		if s.mult > 1 {
-			return fail("unit_multiplier", "calendar months (Options.CalendarMonth) cannot be multiplied")
+			return problem{"unit_multiplier", "calendar months (Options.CalendarMonth) cannot be multiplied"}
 		}
 		if s.has("algorithm") && r.Algorithm != floodgate.FixedWindow {
-			return fail("algorithm", "unit: month is a calendar month here (Options.CalendarMonth), which only fixed_window follows")
+			return problem{"algorithm", "unit: month is a calendar month here (Options.CalendarMonth), which only fixed_window follows"}
 		}
 		r.Calendar, r.Location = floodgate.CalendarMonth, time.UTC
 		info.Unit, info.Calendar = "month", "month"
 	case s.has("unit"):
-		mult := s.mult
-		if mult == 0 {
-			mult = 1
+		mult := time.Duration(max(s.mult, 1))
+		if s.unitWin > time.Duration(math.MaxInt64)/mult {
+			return problem{"unit_multiplier", "makes the window too long"}
 		}
-		if s.unitWin > time.Duration(math.MaxInt64)/time.Duration(mult) {
-			return fail("unit_multiplier", "makes the window too long")
-		}
-		r.Period = s.unitWin * time.Duration(mult)
+		r.Period = s.unitWin * mult
 		info.Unit = s.unit
 		if mult > 1 {
 			info.Unit, info.Window = "", r.Period.String()
@@ -599,20 +489,20 @@ func (p *parser) rule(s *spec, list bool) (floodgate.Rule, ruleInfo, bool) {
 			info.Unit, info.Window = u, ""
 		}
 	default:
-		r.Calendar = floodgate.Calendar(s.calendar)
-		r.Location = s.tz
-		r.WeekStart = s.weekStart
+		r.Calendar, r.Location, r.WeekStart = floodgate.Calendar(s.calendar), s.tz, s.weekStart
 		info.Calendar, info.TimeZone = s.calendar, s.tzName
 		if s.has("week_start") {
 			info.WeekStart = strings.ToLower(s.weekStart.String())
 		}
 		if s.has("algorithm") && r.Algorithm != floodgate.FixedWindow {
-			return fail("calendar", "only fixed_window windows follow the calendar")
+			return problem{"calendar", "only fixed_window windows follow the calendar"}
 		}
 	}
-	r.OnStoreFailure = floodgate.FailureMode(fm)
-	r.LocalPercent = pct
+	return problem{}
+}
 
+// describeRule completes info, a rule as written, from r and s.
+func describeRule(info *ruleInfo, r floodgate.Rule, s *spec) {
 	info.Name = r.Name
 	info.Algorithm = string(r.Algorithm)
 	info.Limit = s.rpu
@@ -624,16 +514,8 @@ func (p *parser) rule(s *spec, list bool) (floodgate.Rule, ruleInfo, bool) {
 	info.Mode = s.mode
 	info.SoftPercent = s.softPercent
 	info.CountReject = s.countRej
-	info.FailureMode = fm
-	info.LocalPct = pct
-
-	// Validate the rule on its own, so each rule's problem is reported at
-	// its own lines.
-	if _, err := floodgate.NewPolicy("check", r); err != nil {
-		p.ruleError(err, []*spec{s}, s.path, s.line)
-		return floodgate.Rule{}, info, false
-	}
-	return r, info, true
+	info.FailureMode = string(r.OnStoreFailure)
+	info.LocalPct = r.LocalPercent
 }
 
 // engineField maps a floodgate.RuleError field to the rules-file field.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Limits on what one rules file may hold, so hostile input costs bounded
@@ -40,7 +40,8 @@ var (
 	maxMetadata    = MaxMetadata
 )
 
-// field names by place, for "unknown field" hints
+// field names by place, for "unknown field" hints (the names the parser's
+// tables read: TestFieldListsMatchTables)
 var (
 	rootFields = []string{"domain", "descriptors", "all_or_nothing", "failure_mode", "local_percent", "http"}
 	descFields = []string{"key", "value", "value_prefix", "value_regex", "exempt", "exempt_values",
@@ -311,41 +312,26 @@ func (p *parser) collect(n *yaml.Node, path string, out *[]field, seen map[strin
 			return
 		}
 		k = p.resolve(k)
-		if k == nil {
+		switch {
+		case k == nil:
 			return
-		}
-		if k.Kind != yaml.ScalarNode || isNull(k) {
+		case k.Kind != yaml.ScalarNode || isNull(k):
 			p.add(k.Line, path, "a field name must be a string, not %s", kindName(k))
-			continue
-		}
-		if k.Value == "<<" && k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 {
+		case k.Value == "<<" && k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0:
 			merges = append(merges, v)
-			continue
-		}
-		if prev := seen[k.Value]; prev != nil {
+		case seen[k.Value] != nil:
 			if !merged {
-				p.add(k.Line, join(path, k.Value), "given twice (first at line %d)", prev.Line)
+				p.add(k.Line, join(path, k.Value), "given twice (first at line %d)", seen[k.Value].Line)
 			}
-			continue
+		default:
+			seen[k.Value] = k
+			*out = append(*out, field{name: k.Value, key: k, val: v})
 		}
-		seen[k.Value] = k
-		*out = append(*out, field{name: k.Value, key: k, val: v})
 	}
 	for _, m := range merges {
-		m = p.resolve(m)
-		if m == nil {
+		maps, ok := p.mergeMaps(m)
+		if !ok {
 			return
-		}
-		var maps []*yaml.Node
-		switch m.Kind {
-		case yaml.MappingNode:
-			maps = []*yaml.Node{m}
-		case yaml.SequenceNode:
-			for _, e := range m.Content {
-				if e = p.resolve(e); e != nil {
-					maps = append(maps, e)
-				}
-			}
 		}
 		for _, mm := range maps {
 			if mm.Kind != yaml.MappingNode {
@@ -355,6 +341,27 @@ func (p *parser) collect(n *yaml.Node, path string, out *[]field, seen map[strin
 			p.collect(mm, path, out, seen, true, depth+1)
 		}
 	}
+}
+
+// mergeMaps is what a merge key's value names: a mapping or a list of them
+// (aliases resolved, each checked by the caller).
+func (p *parser) mergeMaps(m *yaml.Node) ([]*yaml.Node, bool) {
+	if m = p.resolve(m); m == nil {
+		return nil, false
+	}
+	switch m.Kind {
+	case yaml.MappingNode:
+		return []*yaml.Node{m}, true
+	case yaml.SequenceNode:
+		var maps []*yaml.Node
+		for _, e := range m.Content {
+			if e = p.resolve(e); e != nil {
+				maps = append(maps, e)
+			}
+		}
+		return maps, true
+	}
+	return nil, true
 }
 
 func join(path, name string) string {
@@ -585,68 +592,91 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	}
 	d := &Domain{File: p.file, root: &level{byKey: map[string]*keyGroup{}}}
 	p.dom = d
-	var descs, httpV *yaml.Node
-	var name *yaml.Node
-	var failLocal *yaml.Node
-	for _, f := range p.fields(root, "") {
+	later := p.rootFields(root, d)
+	p.fileLocalPercent(later["local_percent"])
+	p.domainName(d, later["domain"], root.Line)
+	errsBefore := len(p.errs) + p.extra
+	if f := later["descriptors"]; f != nil {
+		p.top = p.descriptors(f.val, "descriptors", 1, nil, d.root)
+	}
+	p.nameLimits()
+	if f := later["http"]; f != nil {
+		// Routes without a limit of their own are checked against the
+		// descriptors, unless those had errors.
+		d.http = p.httpSection(f.val, "http", len(p.errs)+p.extra == errsBefore)
+	}
+	return d
+}
+
+// rootFields reads all_or_nothing and failure_mode, and returns the other
+// top-level fields by name (domain even when null).
+func (p *parser) rootFields(root *yaml.Node, d *Domain) map[string]*field {
+	later := map[string]*field{}
+	fs := p.fields(root, "")
+	for i := range fs {
+		f := &fs[i]
 		if isNull(p.resolve(f.val)) {
 			if f.name == "domain" {
-				name = f.val
+				later[f.name] = f
 			}
 			continue
 		}
 		switch f.name {
-		case "domain":
-			name = f.val
-		case "descriptors":
-			descs = f.val
 		case "all_or_nothing":
 			d.AllOrNothing, _ = p.boolean(f.val, f.name)
 		case "failure_mode":
-			if s, ok := p.str(f.val, f.name); ok {
-				if s = strings.ToLower(s); s == "open" || s == "closed" || s == "local" {
-					p.fail.mode, p.fail.line = s, f.val.Line
-				} else {
-					p.add(f.val.Line, f.name, "unknown failure mode %q (want open, closed or local)", s)
-				}
-			}
-		case "local_percent":
-			failLocal = f.val
-		case "http":
-			httpV = f.val
+			p.fileFailureMode(f)
+		case "domain", "descriptors", "local_percent", "http":
+			later[f.name] = f
 		default:
-			p.unknown(f, "", rootFields)
+			p.unknown(*f, "", rootFields)
 		}
 	}
-	if failLocal != nil {
-		if v, ok := p.integer(failLocal, "local_percent", 1, 100); ok {
-			p.fail.percent = v
-			if p.fail.mode != "local" {
-				p.add(failLocal.Line, "local_percent", "needs failure_mode: local")
-			}
-		}
-	} else if p.fail.mode == "local" {
-		p.add(p.fail.line, "failure_mode", "local needs local_percent (1 to 100): the share of the limit each instance allows on its own")
+	return later
+}
+
+// fileFailureMode reads the file's failure_mode, its rules' default.
+func (p *parser) fileFailureMode(f *field) {
+	s, ok := p.str(f.val, f.name)
+	if !ok {
+		return
 	}
-	if name == nil || isNull(p.resolve(name)) {
-		p.add(root.Line, "domain", "missing: every rules file names its domain")
-	} else if s, ok := p.str(name, "domain"); ok {
+	if s = strings.ToLower(s); s == "open" || s == "closed" || s == "local" {
+		p.fail.mode, p.fail.line = s, f.val.Line
+	} else {
+		p.add(f.val.Line, f.name, "unknown failure mode %q (want open, closed or local)", s)
+	}
+}
+
+// fileLocalPercent reads the file's local_percent, which failure_mode:
+// local needs.
+func (p *parser) fileLocalPercent(f *field) {
+	if f == nil {
+		if p.fail.mode == "local" {
+			p.add(p.fail.line, "failure_mode", "local needs local_percent (1 to 100): the share of the limit each instance allows on its own")
+		}
+		return
+	}
+	if v, ok := p.integer(f.val, "local_percent", 1, 100); ok {
+		p.fail.percent = v
+		if p.fail.mode != "local" {
+			p.add(f.val.Line, "local_percent", "needs failure_mode: local")
+		}
+	}
+}
+
+// domainName reads the domain's name, which every file gives.
+func (p *parser) domainName(d *Domain, f *field, line int) {
+	if f == nil || isNull(p.resolve(f.val)) {
+		p.add(line, "domain", "missing: every rules file names its domain")
+		return
+	}
+	if s, ok := p.str(f.val, "domain"); ok {
 		if s == "" {
-			p.add(name.Line, "domain", "must not be empty")
+			p.add(f.val.Line, "domain", "must not be empty")
 		}
 		d.Name = s
 	}
-	errsBefore := len(p.errs) + p.extra
-	if descs != nil {
-		p.top = p.descriptors(descs, "descriptors", 1, nil, d.root)
-	}
-	p.nameLimits()
-	if httpV != nil {
-		// Routes without a limit of their own are checked against the
-		// descriptors, unless those had errors.
-		d.http = p.httpSection(httpV, "http", len(p.errs)+p.extra == errsBefore)
-	}
-	return d
 }
 
 // descriptors reads one level of descriptors into lvl.
@@ -686,16 +716,67 @@ func (p *parser) descriptors(v *yaml.Node, path string, depth int, parents []*no
 	return order
 }
 
+// descSpec is one descriptor's fields as written.
+type descSpec struct {
+	n                       *node
+	later                   map[string]*field // all but key and the booleans, by name
+	bad                     bool              // an error that drops the node (reported)
+	keySet                  bool
+	shadow, quota, detailed bool
+}
+
+// descBools are a descriptor's boolean fields, and where each goes.
+var descBools = map[string]func(d *descSpec) *bool{
+	"exempt":          func(d *descSpec) *bool { return &d.n.exempt },
+	"shadow_mode":     func(d *descSpec) *bool { return &d.shadow },
+	"quota_mode":      func(d *descSpec) *bool { return &d.quota },
+	"detailed_metric": func(d *descSpec) *bool { return &d.detailed },
+	"value_to_metric": func(d *descSpec) *bool { return &d.n.toMetric },
+	"share_threshold": func(d *descSpec) *bool { return &d.n.share },
+}
+
+// valueFields are how a descriptor matches values, exclusive, and how each
+// is read into the node.
+var valueFields = []struct {
+	name string
+	read func(p *parser, n *node, v *yaml.Node, path string) bool
+}{
+	{"value", (*parser).descValue},
+	{"value_prefix", (*parser).descPrefix},
+	{"value_regex", (*parser).descRegex},
+}
+
+// exemptRefuses are the fields an exempt descriptor cannot have.
+var exemptRefuses = []string{"rate_limit", "rate_limits", "descriptors", "exempt_values"}
+
 // descriptor reads one descriptor and adds it to lvl.
 func (p *parser) descriptor(m *yaml.Node, path string, depth int, parents []*node, lvl *level) *node {
-	n := &node{line: m.Line}
-	var (
-		keySet, bad                      bool
-		valueF, prefixF, regexF          *yaml.Node
-		rl, rls, children, exemptV, meta *field
-		detailed, shadow, quota          bool
-		shareLine                        int
-	)
+	d := p.descFields(m, path)
+	if !d.keySet && !d.bad {
+		p.add(m.Line, join(path, "key"), "missing: every descriptor has a key")
+		d.bad = true
+	}
+	p.descMatch(d, m.Line, path)
+	p.descChecks(d, path)
+	if d.bad || !p.register(lvl, d.n, path) {
+		return nil
+	}
+	n := d.n
+	if f := d.later["exempt_values"]; f != nil {
+		p.exemptValues(lvl, n, f, join(path, "exempt_values"))
+	}
+	chain := append(parents[:len(parents):len(parents)], n)
+	p.descLimit(d, path, chain)
+	if f := d.later["descriptors"]; f != nil {
+		n.children = &level{byKey: map[string]*keyGroup{}}
+		n.order = p.descriptors(f.val, join(path, "descriptors"), depth+1, chain, n.children)
+	}
+	return n
+}
+
+// descFields reads a descriptor's key and booleans, and keeps the rest.
+func (p *parser) descFields(m *yaml.Node, path string) *descSpec {
+	d := &descSpec{n: &node{line: m.Line}, later: map[string]*field{}}
 	fs := p.fields(m, path)
 	for i := range fs {
 		f := &fs[i]
@@ -703,158 +784,147 @@ func (p *parser) descriptor(m *yaml.Node, path string, depth int, parents []*nod
 		if isNull(p.resolve(f.val)) && f.name != "key" {
 			continue
 		}
-		switch f.name {
-		case "key":
-			if s, ok := p.str(f.val, fp); ok {
-				n.key, keySet = s, s != ""
-				if s == "" {
-					p.add(f.val.Line, fp, "must not be empty")
-					bad = true
-				}
-			} else {
-				bad = true
-			}
-		case "value":
-			valueF = f.val
-		case "value_prefix":
-			prefixF = f.val
-		case "value_regex":
-			regexF = f.val
-		case "exempt":
-			n.exempt, _ = p.boolean(f.val, fp)
-		case "exempt_values":
-			exemptV = f
-		case "rate_limit":
-			rl = f
-		case "rate_limits":
-			rls = f
-		case "descriptors":
-			children = f
-		case "shadow_mode":
-			shadow, _ = p.boolean(f.val, fp)
-		case "quota_mode":
-			quota, _ = p.boolean(f.val, fp)
-		case "detailed_metric":
-			detailed, _ = p.boolean(f.val, fp)
-		case "value_to_metric":
-			n.toMetric, _ = p.boolean(f.val, fp)
-		case "share_threshold":
-			n.share, _ = p.boolean(f.val, fp)
-			shareLine = f.key.Line
-		case "metadata":
-			meta = f
+		switch b := descBools[f.name]; {
+		case f.name == "key":
+			p.descKey(d, f, fp)
+		case b != nil:
+			*b(d), _ = p.boolean(f.val, fp)
+			d.later[f.name] = f
+		case contains(descFields, f.name):
+			d.later[f.name] = f
 		default:
 			p.unknown(*f, path, descFields)
 		}
 	}
-	if !keySet && !bad {
-		p.add(m.Line, join(path, "key"), "missing: every descriptor has a key")
-		bad = true
-	}
+	return d
+}
 
-	// How the node matches values.
+func (p *parser) descKey(d *descSpec, f *field, path string) {
+	s, ok := p.str(f.val, path)
+	if !ok {
+		d.bad = true
+		return
+	}
+	d.n.key, d.keySet = s, s != ""
+	if s == "" {
+		p.add(f.val.Line, path, "must not be empty")
+		d.bad = true
+	}
+}
+
+// descMatch reads how the node matches values: value, value_prefix or
+// value_regex, or none (every value).
+func (p *parser) descMatch(d *descSpec, line int, path string) {
 	given := 0
-	for _, x := range []*yaml.Node{valueF, prefixF, regexF} {
-		if x != nil {
+	for _, vf := range valueFields {
+		if d.later[vf.name] != nil {
 			given++
 		}
 	}
 	if given > 1 {
-		p.add(m.Line, path, "value, value_prefix and value_regex exclude each other")
-		bad = true
+		p.add(line, path, "value, value_prefix and value_regex exclude each other")
+		d.bad = true
+	}
+	for _, vf := range valueFields {
+		if f := d.later[vf.name]; f != nil {
+			if !vf.read(p, d.n, f.val, join(path, vf.name)) {
+				d.bad = true
+			}
+			return
+		}
+	}
+}
+
+func (p *parser) descValue(n *node, v *yaml.Node, path string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
+	}
+	// An empty value is no value, as envoyproxy/ratelimit reads it.
+	switch {
+	case s == "":
+		n.kind = kindKey
+	case strings.Contains(s, "*"):
+		n.kind, n.value, n.parts = kindGlob, s, strings.Split(s, "*")
+	default:
+		n.kind, n.value = kindExact, s
+	}
+	return true
+}
+
+func (p *parser) descPrefix(n *node, v *yaml.Node, path string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
+	}
+	n.kind, n.value = kindPrefix, s
+	if s == "" {
+		p.add(v.Line, path, "must not be empty (a descriptor without a value matches every value)")
+		return false
+	}
+	return true
+}
+
+func (p *parser) descRegex(n *node, v *yaml.Node, path string) bool {
+	s, ok := p.str(v, path)
+	if !ok {
+		return false
 	}
 	switch {
-	case valueF != nil:
-		if s, ok := p.str(valueF, join(path, "value")); ok {
-			// An empty value is no value, as envoyproxy/ratelimit reads it.
-			switch {
-			case s == "":
-				n.kind = kindKey
-			case strings.Contains(s, "*"):
-				n.kind, n.value, n.parts = kindGlob, s, strings.Split(s, "*")
-			default:
-				n.kind, n.value = kindExact, s
-			}
-		} else {
-			bad = true
-		}
-	case prefixF != nil:
-		if s, ok := p.str(prefixF, join(path, "value_prefix")); ok {
-			if s == "" {
-				p.add(prefixF.Line, join(path, "value_prefix"), "must not be empty (a descriptor without a value matches every value)")
-				bad = true
-			}
-			n.kind, n.value = kindPrefix, s
-		} else {
-			bad = true
-		}
-	case regexF != nil:
-		fp := join(path, "value_regex")
-		if s, ok := p.str(regexF, fp); ok {
-			switch {
-			case s == "":
-				p.add(regexF.Line, fp, "must not be empty")
-				bad = true
-			case len(s) > MaxRegexLen:
-				p.add(regexF.Line, fp, "is %d bytes long; at most %d", len(s), MaxRegexLen)
-				bad = true
-			default:
-				re, err := p.regex(s)
-				if err != nil {
-					p.add(regexF.Line, fp, "%s", err)
-					bad = true
-				}
-				n.kind, n.value, n.re = kindRegex, s, re
-			}
-		} else {
-			bad = true
-		}
+	case s == "":
+		p.add(v.Line, path, "must not be empty")
+		return false
+	case len(s) > MaxRegexLen:
+		p.add(v.Line, path, "is %d bytes long; at most %d", len(s), MaxRegexLen)
+		return false
 	}
-	if n.share && n.kind != kindGlob && n.kind != kindPrefix && n.kind != kindRegex {
-		p.add(shareLine, join(path, "share_threshold"), "needs a wildcard value (containing '*'), a value_prefix or a value_regex: it makes every value the pattern matches share one limit")
+	re, err := p.regex(s)
+	n.kind, n.value, n.re = kindRegex, s, re
+	if err != nil {
+		p.add(v.Line, path, "%s", err)
+		return false
+	}
+	return true
+}
+
+// descChecks checks the fields that need or exclude others.
+func (p *parser) descChecks(d *descSpec, path string) {
+	n := d.n
+	if f := d.later["share_threshold"]; n.share && n.kind != kindGlob && n.kind != kindPrefix && n.kind != kindRegex {
+		p.add(f.key.Line, join(path, "share_threshold"), "needs a wildcard value (containing '*'), a value_prefix or a value_regex: it makes every value the pattern matches share one limit")
 	}
 	if n.exempt {
-		for _, f := range []*field{rl, rls, children, exemptV} {
-			if f != nil {
-				p.add(f.key.Line, join(path, f.name), "an exempt descriptor is never limited: it cannot have %s", f.name)
+		for _, name := range exemptRefuses {
+			if f := d.later[name]; f != nil {
+				p.add(f.key.Line, join(path, name), "an exempt descriptor is never limited: it cannot have %s", name)
 			}
 		}
 	}
-	if rl != nil && rls != nil {
+	if rls := d.later["rate_limits"]; rls != nil && d.later["rate_limit"] != nil {
 		p.add(rls.key.Line, join(path, "rate_limits"), "give rate_limit or rate_limits, not both")
-		rls = nil
+		delete(d.later, "rate_limits")
 	}
-	if bad {
-		return nil
-	}
+}
 
-	// Register the node at its level, refusing duplicates.
-	if !p.register(lvl, n, path) {
-		return nil
-	}
-	if exemptV != nil {
-		p.exemptValues(lvl, n, exemptV, join(path, "exempt_values"))
-	}
-
-	chain := append(parents[:len(parents):len(parents)], n)
-	if rl != nil || rls != nil {
-		n.limit = p.limit(rl, rls, path, chain)
-		if n.limit != nil {
-			n.limit.ShadowMode, n.limit.QuotaMode, n.limit.DetailedMetric = shadow, quota, detailed
-			if meta != nil {
-				n.limit.Metadata = p.metadata(meta, join(path, "metadata"))
-			}
+// descLimit reads the node's limit and its metadata.
+func (p *parser) descLimit(d *descSpec, path string, chain []*node) {
+	rl, rls, meta := d.later["rate_limit"], d.later["rate_limits"], d.later["metadata"]
+	if rl == nil && rls == nil {
+		if meta != nil {
+			// Metadata travels with a limit; a node without one has
+			// nowhere to send it, but it is still checked.
+			p.metadata(meta, join(path, "metadata"))
 		}
-	} else if meta != nil {
-		// Metadata travels with a limit; a node without one has nowhere to
-		// send it, but it is still checked.
-		p.metadata(meta, join(path, "metadata"))
+		return
 	}
-	if children != nil {
-		n.children = &level{byKey: map[string]*keyGroup{}}
-		n.order = p.descriptors(children.val, join(path, "descriptors"), depth+1, chain, n.children)
+	n := d.n
+	if n.limit = p.limit(rl, rls, path, chain); n.limit == nil {
+		return
 	}
-	return n
+	n.limit.ShadowMode, n.limit.QuotaMode, n.limit.DetailedMetric = d.shadow, d.quota, d.detailed
+	if meta != nil {
+		n.limit.Metadata = p.metadata(meta, join(path, "metadata"))
+	}
 }
 
 // register adds n to lvl unless a node with its key and value is there.
@@ -874,22 +944,33 @@ func (p *parser) register(lvl *level, n *node, path string) bool {
 		dup = g.patterns[string(rune('0'+n.kind))+n.value]
 	}
 	if dup != nil {
-		what := fmt.Sprintf("key %q", n.key)
-		switch n.kind {
-		case kindExact, kindGlob:
-			what += fmt.Sprintf(" value %q", n.value)
-		case kindPrefix:
-			what += fmt.Sprintf(" value_prefix %q", n.value)
-		case kindRegex:
-			what += fmt.Sprintf(" value_regex %q", n.value)
-		}
 		if dup.synth {
-			p.add(n.line, path, "duplicate descriptor: %s is listed in exempt_values at line %d", what, dup.line)
+			p.add(n.line, path, "duplicate descriptor: %s is listed in exempt_values at line %d", n.describe(), dup.line)
 		} else {
-			p.add(n.line, path, "duplicate descriptor: %s is already defined at line %d", what, dup.line)
+			p.add(n.line, path, "duplicate descriptor: %s is already defined at line %d", n.describe(), dup.line)
 		}
 		return false
 	}
+	g.add(n)
+	return true
+}
+
+// describe says a node's key and value for messages.
+func (n *node) describe() string {
+	what := fmt.Sprintf("key %q", n.key)
+	switch n.kind {
+	case kindExact, kindGlob:
+		what += fmt.Sprintf(" value %q", n.value)
+	case kindPrefix:
+		what += fmt.Sprintf(" value_prefix %q", n.value)
+	case kindRegex:
+		what += fmt.Sprintf(" value_regex %q", n.value)
+	}
+	return what
+}
+
+// add files n in g by how it matches.
+func (g *keyGroup) add(n *node) {
 	switch n.kind {
 	case kindKey:
 		g.keyOnly = n
@@ -911,7 +992,6 @@ func (p *parser) register(lvl *level, n *node, path string) bool {
 		}
 		g.patterns[string(rune('0'+n.kind))+n.value] = n
 	}
-	return true
 }
 
 // exemptValues adds an exempt exact sibling of n for each listed value.
@@ -1057,39 +1137,46 @@ func (p *parser) plain(v *yaml.Node, path string, depth int) (any, bool) {
 		}
 		return out, true
 	case yaml.ScalarNode:
-		if len(v.Value) > MaxStringLen {
-			p.add(v.Line, path, "is %d bytes long; at most %d", len(v.Value), MaxStringLen)
-			return nil, false
-		}
-		switch v.ShortTag() {
-		case "!!null":
-			return nil, true
-		case "!!bool":
-			var b bool
-			if err := v.Decode(&b); err == nil {
-				return b, true
-			}
-		case "!!int":
-			var i int64
-			if err := v.Decode(&i); err == nil {
-				return i, true
-			}
-			var f float64
-			if err := v.Decode(&f); err == nil {
-				return f, true
-			}
-		case "!!float":
-			var f float64
-			if err := v.Decode(&f); err == nil {
-				if math.IsNaN(f) || math.IsInf(f, 0) {
-					p.add(v.Line, path, "NaN and infinities cannot be sent as metadata")
-					return nil, false
-				}
-				return f, true
-			}
-		}
-		return v.Value, true
+		return p.plainScalar(v, path)
 	}
 	p.add(v.Line, path, "unsupported YAML")
 	return nil, false
+}
+
+// plainScalar converts a scalar by its tag, as plain does.
+func (p *parser) plainScalar(v *yaml.Node, path string) (any, bool) {
+	if len(v.Value) > MaxStringLen {
+		p.add(v.Line, path, "is %d bytes long; at most %d", len(v.Value), MaxStringLen)
+		return nil, false
+	}
+	var (
+		b bool
+		i int64
+		f float64
+	)
+	switch v.ShortTag() {
+	case "!!null":
+		return nil, true
+	case "!!bool":
+		if v.Decode(&b) == nil {
+			return b, true
+		}
+	case "!!int":
+		if v.Decode(&i) == nil {
+			return i, true
+		}
+		if v.Decode(&f) == nil {
+			return f, true
+		}
+	case "!!float":
+		if v.Decode(&f) != nil {
+			break
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			p.add(v.Line, path, "NaN and infinities cannot be sent as metadata")
+			return nil, false
+		}
+		return f, true
+	}
+	return v.Value, true
 }

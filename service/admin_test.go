@@ -89,14 +89,12 @@ func TestConcurrentOverrideChangesKeepTheCount(t *testing.T) {
 }
 
 // With its stores silent (Redis paused: it takes calls and never answers),
-// every admin call answers 503 within AdminTimeout instead of waiting as
+// every admin call answers 503 within Options.AdminTimeout instead of waiting as
 // long as its client does, and a reset or inspect the store did not do is
 // not reported as done.
 func TestAdminAnswersWhenTheStoreIsSilent(t *testing.T) {
-	old := service.AdminTimeout
-	t.Cleanup(func() { service.AdminTimeout = old })
 	rs := redistest.Standalone(t)
-	// The store's timeout is not the subject (AdminTimeout is): generous,
+	// The store's timeout is not the subject (Options.AdminTimeout is): generous,
 	// and the admin call's own deadline ends the calls to a silent Redis.
 	st, err := redisstore.New("redis://"+rs.Addr, redisstore.Options{ClientTime: true, Timeout: 10 * time.Second})
 	if err != nil {
@@ -105,16 +103,19 @@ func TestAdminAnswersWhenTheStoreIsSilent(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	cache := overrides.NewCache(overrides.NewRedis(st.Client(), "ovr"), 1024, 0)
 	t.Cleanup(func() { cache.Close() })
-	e := newEnv(t, service.Options{Store: st, Overrides: cache}, dayRules)
-	srv := httptest.NewServer(e.svc.AdminHandler(""))
-	t.Cleanup(srv.Close)
-	key := e.svc.Rules().Match("day", []rules.Entry{{Key: "day", Value: "u"}}).Key
+	// Redis up, the default timeout: a starved CI host can take longer than
+	// the short one below
+	up := newEnv(t, service.Options{Store: st, Overrides: cache}, dayRules)
+	upSrv := httptest.NewServer(up.svc.AdminHandler(""))
+	t.Cleanup(upSrv.Close)
+	key := up.svc.Rules().Match("day", []rules.Entry{{Key: "day", Value: "u"}}).Key
 	body := `{"domain":"day","entries":[{"key":"day","value":"u"}]}`
-	if code, b := adminCall(t, srv.URL, "POST", "/v1/keys/inspect", body); code != 200 {
+	if code, b := adminCall(t, upSrv.URL, "POST", "/v1/keys/inspect", body); code != 200 {
 		t.Fatalf("inspect with Redis up: %d %s", code, b)
 	}
-	// short only now: with Redis up, a starved CI host can take longer
-	service.AdminTimeout = 300 * time.Millisecond
+	e := newEnv(t, service.Options{Store: st, Overrides: cache, AdminTimeout: 300 * time.Millisecond}, dayRules)
+	srv := httptest.NewServer(e.svc.AdminHandler(""))
+	t.Cleanup(srv.Close)
 	rs.Pause()
 	defer rs.Resume()
 	for _, c := range []struct{ method, path, body string }{
@@ -133,6 +134,8 @@ func TestAdminAnswersWhenTheStoreIsSilent(t *testing.T) {
 		var out struct{ Error string }
 		if json.Unmarshal([]byte(b), &out) != nil || out.Error == "" {
 			t.Errorf("%s %s: body %q, want a JSON error", c.method, c.path, b)
+		} else if strings.HasPrefix(c.path, "/v1/overrides") && !strings.Contains(out.Error, "within 300ms") {
+			t.Errorf("%s %s: body %q, want an error naming Options.AdminTimeout", c.method, c.path, b)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/overrides"
@@ -154,7 +155,7 @@ func (emptyRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv
 // whole process's CPU (client and server) per call.
 func BenchmarkGRPC(b *testing.B) {
 	if os.Getenv("BENCH_GCFLOOR") != "" {
-		service.SetGCFloor(service.DefaultGCFloor)
+		gcfloor.Set(gcfloor.Default)
 	}
 	for _, kind := range []string{"empty", "memory", "redis"} {
 		b.Run(kind, func(b *testing.B) {

@@ -333,7 +333,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return s.RequireToken(token, adminDeadline(mux))
+	return s.RequireToken(token, adminDeadline(mux, s.adminTimeout()))
 }
 
 // cmdline is pprof.Cmdline with the secrets of the command line left out:
@@ -393,20 +393,26 @@ func redactURLs(s string) string {
 	return s[:i+3] + "xxxxx" + redactURLs(rest[at:])
 }
 
-// AdminTimeout bounds an admin call's work on the stores (the overrides
-// store, the rate-limit store): when one does not answer in time the call
-// gets 503 instead of waiting as long as its client does.
-var AdminTimeout = 5 * time.Second
+// DefaultAdminTimeout is Options.AdminTimeout's default.
+const DefaultAdminTimeout = 5 * time.Second
+
+// adminTimeout returns Options.AdminTimeout, or its default.
+func (s *Service) adminTimeout() time.Duration {
+	if s.opts.AdminTimeout > 0 {
+		return s.opts.AdminTimeout
+	}
+	return DefaultAdminTimeout
+}
 
 // adminDeadline gives every admin call but the profiles (which run as long
-// as asked) a deadline of AdminTimeout.
-func adminDeadline(h http.Handler) http.Handler {
+// as asked) a deadline of d.
+func adminDeadline(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
 			h.ServeHTTP(w, r)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), AdminTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), d)
 		defer cancel()
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -414,9 +420,9 @@ func adminDeadline(h http.Handler) http.Handler {
 
 // storeError answers an admin call whose store call failed: 503 when the
 // store did not answer in time or is unavailable, else 500.
-func storeError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Service) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		httpError(w, http.StatusServiceUnavailable, "the store did not answer within %s: %v", AdminTimeout, err)
+		httpError(w, http.StatusServiceUnavailable, "the store did not answer within %s: %v", s.adminTimeout(), err)
 		return
 	}
 	httpError(w, http.StatusInternalServerError, "%v", err)
@@ -445,7 +451,7 @@ func (s *Service) adminList(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := st.List(r.Context(), r.PathValue("domain"), r.URL.Query().Get("after"), limit)
 	if err != nil {
-		storeError(w, r, err)
+		s.storeError(w, r, err)
 		return
 	}
 	if list == nil {
@@ -462,7 +468,7 @@ func (s *Service) adminGet(w http.ResponseWriter, r *http.Request) {
 	o, ok, err := st.Get(r.Context(), r.PathValue("domain"), boundKey(r.PathValue("key")))
 	switch {
 	case err != nil:
-		storeError(w, r, err)
+		s.storeError(w, r, err)
 	case !ok:
 		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), r.PathValue("domain"))
 	default:
@@ -496,11 +502,11 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 	defer s.adminMu.Unlock()
 	before, had, err := st.Get(r.Context(), o.Domain, o.Key)
 	if err != nil {
-		storeError(w, r, err)
+		s.storeError(w, r, err)
 		return
 	}
 	if err := st.Put(r.Context(), o); err != nil {
-		storeError(w, r, err)
+		s.storeError(w, r, err)
 		return
 	}
 	var from *overrides.Override
@@ -521,13 +527,13 @@ func (s *Service) adminDelete(w http.ResponseWriter, r *http.Request) {
 	defer s.adminMu.Unlock()
 	before, had, err := st.Get(r.Context(), domain, key)
 	if err != nil {
-		storeError(w, r, err)
+		s.storeError(w, r, err)
 		return
 	}
 	ok, err := st.Delete(r.Context(), domain, key)
 	switch {
 	case err != nil:
-		storeError(w, r, err)
+		s.storeError(w, r, err)
 	case !ok:
 		httpError(w, http.StatusNotFound, "no override for %q in domain %q", r.PathValue("key"), domain)
 	default:

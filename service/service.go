@@ -69,6 +69,11 @@ type Options struct {
 	// to the clients).
 	NoRateLimitHeaders bool
 	Metrics            *Metrics // may be nil
+	// AdminTimeout bounds an admin call's work on the stores (the
+	// overrides store, the rate-limit store): when one does not answer in
+	// time the call gets 503 instead of waiting as long as its client does
+	// (default DefaultAdminTimeout).
+	AdminTimeout time.Duration
 	// Logger receives warnings, such as failed override lookups (default
 	// slog.Default()).
 	Logger *slog.Logger
@@ -919,10 +924,13 @@ func currentLimit(cl *rlsv3.RateLimitResponse_RateLimit, it *item, d *floodgate.
 
 // headerState gathers what the response headers say: the deciding limit
 // (the one that denies with the longest wait, else the one with the fewest
-// remaining) and every limit's policy.
+// remaining) and every limit's policy, each rule of each, at most
+// maxPolicyItems items.
 type headerState struct {
-	policy   string             // the first limit's RateLimit-Policy item
-	policies []string           // the others
+	policy   string             // the first limit's RateLimit-Policy items
+	first    []string           // and each of them
+	policies []string           // the others' items, once each
+	items    int                // how many in all, at most maxPolicyItems
 	best     floodgate.Decision // a copy: a pointer would move the decisions to the heap
 	hasBest  bool
 	bestOver bool
@@ -934,9 +942,14 @@ type headerState struct {
 // once: its RateLimit-Policy items, one per rule, and each rule's name and
 // window for the RateLimit header.
 type policyHeader struct {
-	item  string
+	item  string   // at most maxPolicyItems of items
+	items []string // one per rule
 	rules []ruleHeader
 }
+
+// maxPolicyItems bounds RateLimit-Policy's items: a request of hundreds of
+// descriptors gets the first few policies, not a header of kilobytes.
+const maxPolicyItems = 8
 
 type ruleHeader struct {
 	rule, name string        // the rule's name in its policy; as the headers say it
@@ -986,7 +999,7 @@ func (s *Service) headerFor(it *item) *policyHeader {
 		}
 		items[i] = ratehdr.PolicyItem(rh.name, q, w)
 	}
-	ph.item = strings.Join(items, ", ")
+	ph.items, ph.item = items, strings.Join(items[:min(len(items), maxPolicyItems)], ", ")
 	if s.policyHeaderCount.Add(1) > maxPolicies {
 		s.policyHeaders.Clear() // old rule versions and overrides: start over
 		s.policyHeaderCount.Store(1)
@@ -1000,9 +1013,16 @@ func (h *headerState) add(ph *policyHeader, d *floodgate.Decision, over bool) {
 	w, name := rh.window, rh.name
 	switch {
 	case h.policy == "":
-		h.policy = ph.item
-	case h.policy != ph.item && !slices.Contains(h.policies, ph.item): // once each
-		h.policies = append(h.policies, ph.item)
+		h.policy, h.first, h.items = ph.item, ph.items, min(len(ph.items), maxPolicyItems)
+	case h.policy != ph.item:
+		for _, x := range ph.items {
+			if h.items == maxPolicyItems {
+				break
+			}
+			if !slices.Contains(h.first, x) && !slices.Contains(h.policies, x) { // once each
+				h.policies, h.items = append(h.policies, x), h.items+1
+			}
+		}
 	}
 	better := !h.hasBest
 	if !better {

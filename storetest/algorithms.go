@@ -268,6 +268,28 @@ func testAlgorithms(t *testing.T, newStore NewStore) {
 		})
 	})
 
+	// A recorded rejection is an entry like any other: the window holds
+	// three where two fit, so even a peek of cost 0 is refused until the
+	// oldest ages out (issue 18).
+	t.Run("sliding_log/CountRejectedPeek", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		l := e.limiter("p", floodgate.Rule{Name: "r", Algorithm: floodgate.SlidingLog, Limit: 2, Period: time.Minute, CountRejected: true})
+		s := time.Second
+		e.script(l, "k", []step{
+			{0, allow, 1, ok("r", 2, 1, 60*s)},
+			{1 * s, allow, 1, ok("r", 2, 0, 60*s)},
+			{2 * s, allow, 1, no("r", 2, 0, 60*s, 59*s)},
+			{2 * s, peek, 0, no("r", 2, 0, 60*s, 58*s)},
+			{60 * s, peek, 0, ok("r", 2, 0, 2*s)},
+			{60 * s, allow, 1, no("r", 2, 0, 60*s, 2*s)},
+			// four in the window where two fit: a peek waits for the
+			// older two
+			{60 * s, allow, 1, no("r", 2, 0, 60*s, 60*s)},
+			{61 * s, peek, 0, no("r", 2, 0, 59*s, 1*s)},
+			{62 * s, peek, 0, ok("r", 2, 0, 58*s)},
+		})
+	})
+
 	// The sliding window counter's basic arithmetic; the seed example in
 	// Seeds/SlidingWindow7PerMinute has the weighting and rounding.
 	t.Run("sliding_window", func(t *testing.T) {

@@ -126,7 +126,7 @@ func testChange(t *testing.T, newStore NewStore) {
 	})
 	// A rule dropped from a policy and added back in a later version is
 	// new to that version, and starts fresh: a key's state follows the
-	// policy version to version (Policy.Migrate), it does not wait for a
+	// policy version to version (storekit.Migrate), it does not wait for a
 	// rule's return.
 	t.Run("SetPolicy/DroppedRuleReturnsFresh", func(t *testing.T) {
 		e := newEnv(t, newStore)

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
@@ -136,11 +137,10 @@ var httpTimeouts = serverTimeouts{
 }
 
 func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
-	service.SetGCFloor(service.DefaultGCFloor) // unless GOGC is set
+	gcfloor.Set(gcfloor.Default) // unless GOGC is set
 	if err := c.prepare(log); err != nil {
 		return err
 	}
-
 	metrics := service.NewMetrics()
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
 		opts: rules.Options{CalendarMonth: c.calendarMonth}}
@@ -148,23 +148,46 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-
-	// The store, and where overrides live.
-	var (
-		store    floodgate.Store
-		ovr      overrides.Store
-		ready    service.Readiness
-		closeFns []func() error
-	)
-	st, err := c.openStore("memstore.snapshot", log, metrics)
+	st, err := c.openStores(log, metrics)
 	if err != nil {
 		return err
 	}
-	store, ready, closeFns = st.store, st.ready, append(closeFns, st.close)
+	svc := service.New(cfg, service.Options{Store: st.store, Overrides: st.overrides, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log})
+	loader.svc = svc
+	srv, err := c.newServers(svc, metrics, st.ready, log)
+	if err != nil {
+		return err
+	}
+	srv.start()
+	c.serveUntilStopped(ctx, log, loader, srv.errc, "floodgate serving")
+	srv.drain(c.drain)
+	st.close(log)
+	log.Info("stopped")
+	return nil
+}
+
+// serveStores are the store serve decides on and where its overrides live.
+type serveStores struct {
+	store     floodgate.Store
+	overrides overrides.Store
+	ready     service.Readiness
+	closers   []func() error // in the order opened
+}
+
+// openStores opens --store and the overrides beside it: on Redis with it,
+// in a Bolt file in the data directory with the memory store.
+func (c *serveConfig) openStores(log *slog.Logger, metrics *service.Metrics) (*serveStores, error) {
+	st, err := c.openStore("memstore.snapshot", log, metrics)
+	if err != nil {
+		return nil, err
+	}
+	s := &serveStores{store: st.store, ready: st.ready, closers: []func() error{st.close}}
+	var ovr overrides.Store
 	if st.redis == nil {
 		b, err := overrides.OpenBolt(filepath.Join(c.dataDir, "overrides.db"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ovr = b
 	} else {
@@ -177,111 +200,126 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		ttl = 30 * time.Second
 	}
 	cache := overrides.NewCache(ovr, 1<<16, ttl)
-	closeFns = append(closeFns, cache.Close) // closes the store under it too
+	s.overrides, s.closers = cache, append(s.closers, cache.Close) // closes the store under it too
+	return s, nil
+}
 
-	svc := service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log})
-	loader.svc = svc
+// close closes the stores, the last opened first.
+func (s *serveStores) close(log *slog.Logger) {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](); err != nil {
+			log.Error("close", "err", err)
+		}
+	}
+}
 
-	// Listeners.
+// serveServers are serve's three listeners and their servers: gRPC, HTTP
+// (/json, health, metrics) and admin.
+type serveServers struct {
+	tls        *tls.Config // nil: plaintext
+	gl, hl, al net.Listener
+	gs         *grpc.Server
+	health     *service.Health
+	hs, as     *http.Server
+	cutter     bodyCutter
+	wg         sync.WaitGroup
+	errc       chan error // a listener's failure
+}
+
+// newServers opens the listeners and builds the servers on them.
+func (c *serveConfig) newServers(svc *service.Service, metrics *service.Metrics, ready service.Readiness, log *slog.Logger) (*serveServers, error) {
 	tlsConf, err := serverTLS(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	listen := func(what, addr string) (net.Listener, error) {
-		l, err := listenAddr(addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s listener %s: %w", what, addr, err)
-		}
-		shown := l.Addr().String()
-		if l.Addr().Network() == "unix" {
-			shown = "unix:" + shown
-		}
-		log.Info("listening", "api", what, "addr", shown)
-		return l, nil
+	s := &serveServers{tls: tlsConf, errc: make(chan error, 3)}
+	if s.gl, err = listenLogged("grpc", c.grpcAddr, log); err != nil {
+		return nil, err
 	}
-	gl, err := listen("grpc", c.grpcAddr)
-	if err != nil {
-		return err
+	if s.hl, err = listenLogged("http", c.httpAddr, log); err != nil {
+		return nil, err
 	}
-	hl, err := listen("http", c.httpAddr)
-	if err != nil {
-		return err
-	}
-	al, err := listen("admin", c.adminAddr)
-	if err != nil {
-		return err
+	if s.al, err = listenLogged("admin", c.adminAddr, log); err != nil {
+		return nil, err
 	}
 	gopts := service.GRPCOptions()
 	if tlsConf != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
-	gs := grpc.NewServer(gopts...)
-	health := svc.RegisterGRPC(gs)
+	s.gs = grpc.NewServer(gopts...)
+	s.health = svc.RegisterGRPC(s.gs)
 	// Bodies here are small JSON: a client that sends one slowly, or keeps
 	// an idle connection, is not kept waiting for (see httpTimeouts), nor
 	// waited for by SIGTERM's drain (the cutter ends its read).
-	to := httpTimeouts
-	var cutter bodyCutter
-	hs := &http.Server{Handler: cutter.wrap(svc.HTTPHandler(metrics, ready)), TLSConfig: tlsConf.Clone(),
-		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
+	s.hs = s.httpServer(svc.HTTPHandler(metrics, ready))
 	// The admin listener speaks TLS too when there is a certificate: beyond
 	// loopback its bearer token would otherwise cross the network in the
 	// clear.
-	// (each server its own copy of the config: each sets its NextProtos)
-	as := &http.Server{Handler: cutter.wrap(svc.AdminHandler(c.adminToken)), TLSConfig: tlsConf.Clone(),
-		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
+	s.as = s.httpServer(svc.AdminHandler(c.adminToken))
 	if tlsConf == nil && !isLoopback(c.adminAddr) {
-		log.Warn("the admin API listens beyond loopback without TLS: its bearer token crosses the network in the clear; set --tls-cert and --tls-key", "addr", al.Addr().String())
+		log.Warn("the admin API listens beyond loopback without TLS: its bearer token crosses the network in the clear; set --tls-cert and --tls-key", "addr", s.al.Addr().String())
 	}
+	return s, nil
+}
 
-	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	run := func(f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
-				errc <- err
-			}
-		}()
+// listenLogged listens on addr (listenAddr) and logs where.
+func listenLogged(what, addr string, log *slog.Logger) (net.Listener, error) {
+	l, err := listenAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener %s: %w", what, addr, err)
 	}
-	run(func() error { return gs.Serve(gl) })
-	run(func() error {
-		if tlsConf != nil {
-			return hs.ServeTLS(hl, "", "")
-		}
-		return hs.Serve(hl)
-	})
-	run(func() error {
-		if tlsConf != nil {
-			return as.ServeTLS(al, "", "")
-		}
-		return as.Serve(al)
-	})
+	shown := l.Addr().String()
+	if l.Addr().Network() == "unix" {
+		shown = "unix:" + shown
+	}
+	log.Info("listening", "api", what, "addr", shown)
+	return l, nil
+}
 
-	c.serveUntilStopped(ctx, log, loader, errc, "floodgate serving")
+// httpServer serves h with httpTimeouts, behind the cutter, with its own
+// copy of the TLS config (each server sets its NextProtos).
+func (s *serveServers) httpServer(h http.Handler) *http.Server {
+	to := httpTimeouts
+	return &http.Server{Handler: s.cutter.wrap(h), TLSConfig: s.tls.Clone(),
+		ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle}
+}
 
-	// Drain: stop taking requests, finish those in flight, up to the
-	// timeout; gRPC and HTTP at once. Health says NOT_SERVING for every
-	// service and ends its Watch streams, which would hold GracefulStop.
-	health.Drain()
-	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
+// start serves each listener on its own goroutine; a failure goes to errc.
+func (s *serveServers) start() {
+	s.run(func() error { return s.gs.Serve(s.gl) })
+	s.run(func() error { return s.serveHTTP(s.hs, s.hl) })
+	s.run(func() error { return s.serveHTTP(s.as, s.al) })
+}
+
+func (s *serveServers) run(f func() error) {
+	s.wg.Go(func() {
+		if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+			s.errc <- err
+		}
+	})
+}
+
+func (s *serveServers) serveHTTP(hs *http.Server, l net.Listener) error {
+	if s.tls != nil {
+		return hs.ServeTLS(l, "", "")
+	}
+	return hs.Serve(l)
+}
+
+// drain stops taking requests and finishes those in flight, up to timeout;
+// gRPC and HTTP at once. Health says NOT_SERVING for every service and
+// ends its Watch streams, which would hold GracefulStop.
+func (s *serveServers) drain(timeout time.Duration) {
+	s.health.Drain()
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var drained sync.WaitGroup
-	drained.Go(func() { service.Drain(dctx, gs.GracefulStop, gs.Stop) })
-	cutter.cut()
-	drained.Go(func() { hs.Shutdown(dctx) })
-	drained.Go(func() { as.Shutdown(dctx) })
+	drained.Go(func() { service.Drain(dctx, s.gs.GracefulStop, s.gs.Stop) })
+	s.cutter.cut()
+	drained.Go(func() { s.hs.Shutdown(dctx) })
+	drained.Go(func() { s.as.Shutdown(dctx) })
 	drained.Wait()
-	wg.Wait()
-	for i := len(closeFns) - 1; i >= 0; i-- {
-		if err := closeFns[i](); err != nil {
-			log.Error("close", "err", err)
-		}
-	}
-	log.Info("stopped")
-	return nil
+	s.wg.Wait()
 }
 
 func redactStore(s string) string {

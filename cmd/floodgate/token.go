@@ -37,6 +37,12 @@ func adminTokenBits(tok string) float64 {
 	if uuidShape.MatchString(tok) {
 		return 122
 	}
+	return float64(len(tok)) * math.Log2(float64(alphabetSize(distinct)))
+}
+
+// alphabetSize is the size of the alphabet the distinct characters are
+// drawn from, as adminTokenBits counts it.
+func alphabetSize(distinct map[rune]bool) int {
 	var digit, lower, upper, wideLetter bool
 	others := 0
 	for c := range distinct {
@@ -67,7 +73,7 @@ func adminTokenBits(tok string) float64 {
 	if upper {
 		alphabet += perCase
 	}
-	return float64(len(tok)) * math.Log2(float64(alphabet))
+	return alphabet
 }
 
 // checkAdminToken refuses a token weaker than minAdminTokenBits for an

@@ -53,145 +53,169 @@ func ApplyTo(ps []Params, st []int64, now int64, op Op, cost, maxDelay int64, sp
 		apply1(&ps[0], st, now, op, cost, maxDelay, spare&1 != 0, out)
 		return
 	}
-	var (
-		nows  [MaxRules]int64
-		ceils [MaxRules]int64
-		delay [MaxRules]int64
-		fit   [MaxRules]bool
-	)
-	n := len(ps)
-	r := out
-	*r = Result{Allowed: true}
-	for i := range n {
-		p := &ps[i]
-		s := st[p.Off : p.Off+p.Width]
-		nows[i] = Advance(p, s, now)
-		ceils[i] = p.Ceiling(spare&(1<<i) != 0)
+	var t ruleTimes
+	for i := range ps { // every rule to now, with its ceiling
+		p, s := rule(ps, st, i)
+		t.nows[i] = Advance(p, s, now)
+		t.ceils[i] = p.Ceiling(spare&(1<<i) != 0)
 	}
-
+	*out = Result{Allowed: true}
 	switch op {
 	case OpReset:
 		clear(st)
 	case OpRefund:
-		for i := range n {
-			p := &ps[i]
-			Refund(p, st[p.Off:p.Off+p.Width], nows[i], cost)
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Refund(p, s, t.nows[i], cost)
 		}
 	case OpPeek, OpCharge, OpAllow:
-		for i := range n {
-			p := &ps[i]
-			s := st[p.Off : p.Off+p.Width]
-			if cost > ceils[i] && !r.TooLarge {
-				// Never admissible. A charge is still recorded (clamped)
-				// but reports the rule as too large, not a wait.
-				r.Allowed, r.TooLarge, r.Rule = false, true, i
-				if op != OpCharge {
-					break
-				}
-			}
-			fit[i] = cost <= ceils[i] && Fits(p, s, nows[i], cost, ceils[i])
-			r.Allowed = r.Allowed && fit[i]
-		}
-		switch {
-		case op == OpCharge:
-			for i := range n {
-				p := &ps[i]
-				s := st[p.Off : p.Off+p.Width]
-				Commit(p, s, nows[i], min(cost, p.MaxCeiling()))
-				Clamp(p, s, nows[i])
-			}
-		case op == OpAllow && r.Allowed:
-			for i := range n {
-				p := &ps[i]
-				Commit(p, st[p.Off:p.Off+p.Width], nows[i], cost)
-			}
-		case op == OpAllow && !r.TooLarge:
-			for i := range n {
-				if p := &ps[i]; p.CountRejected {
-					Commit(p, st[p.Off:p.Off+p.Width], nows[i], cost)
-				}
-			}
-		}
+		check(ps, st, &t, op, cost, out)
 	case OpReserve:
-		var longest int64
-		for i := range n {
-			p := &ps[i]
-			s := st[p.Off : p.Off+p.Width]
-			if cost > ceils[i] {
-				r.Allowed, r.TooLarge, r.Rule = false, true, i
+		reserve(ps, st, &t, cost, maxDelay, out)
+	}
+	report(ps, st, &t, cost, out)
+}
+
+// ruleTimes holds each rule's time (after Advance) and ceiling during a
+// decision.
+type ruleTimes struct {
+	nows  [MaxRules]int64
+	ceils [MaxRules]int64
+}
+
+// rule returns rule i and its state words.
+func rule(ps []Params, st []int64, i int) (*Params, []int64) {
+	p := &ps[i]
+	return p, st[p.Off : p.Off+p.Width]
+}
+
+// check decides a peek, a charge or an allow: admitted if every rule
+// fits, then consumed all or nothing (a charge always; on a denial, only
+// sliding logs that count rejections).
+func check(ps []Params, st []int64, t *ruleTimes, op Op, cost int64, r *Result) {
+	for i := range ps {
+		if cost > t.ceils[i] && !r.TooLarge {
+			// Never admissible. A charge is still recorded (clamped)
+			// but reports the rule as too large, not a wait.
+			r.Allowed, r.TooLarge, r.Rule = false, true, i
+			if op != OpCharge {
 				break
 			}
-			switch {
-			case p.Kind == LeakyShaper:
-				fit[i] = s[0]+cost*p.Unit <= ceils[i]*p.Unit // room in the queue
-				delay[i] = QueueDelay(p, s)
-			case Fits(p, s, nows[i], cost, ceils[i]):
-				fit[i] = true
-			case p.Reservable():
-				fit[i] = true
-				delay[i] = RetryAfter(p, s, nows[i], cost, ceils[i])
-			}
-			r.Allowed = r.Allowed && fit[i]
-			longest = max(longest, delay[i])
 		}
-		if longest > maxDelay {
-			r.Allowed = false
+		p, s := rule(ps, st, i)
+		fit := cost <= t.ceils[i] && Fits(p, s, t.nows[i], cost, t.ceils[i])
+		r.Allowed = r.Allowed && fit
+	}
+	switch {
+	case op == OpCharge:
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Commit(p, s, t.nows[i], min(cost, p.MaxCeiling()))
+			Clamp(p, s, t.nows[i])
 		}
-		if r.Allowed {
-			r.Delay = longest
-			for i := range n {
-				p := &ps[i]
-				Commit(p, st[p.Off:p.Off+p.Width], nows[i], cost)
+	case op == OpAllow && r.Allowed:
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Commit(p, s, t.nows[i], cost)
+		}
+	case op == OpAllow && !r.TooLarge:
+		for i := range ps {
+			if p, s := rule(ps, st, i); p.CountRejected {
+				Commit(p, s, t.nows[i], cost)
 			}
 		}
 	}
+}
 
-	// Report from the deciding rule.
-	best := -1
-	var bestRemaining, bestReset, bestRetry int64
-	for i := range n {
-		p := &ps[i]
-		s := st[p.Off : p.Off+p.Width]
-		rem := Remaining(p, s, nows[i])
-		reset := ResetAfter(p, s, nows[i])
-		var retry int64
-		if !r.Allowed && !r.TooLarge {
-			retry = RetryAfter(p, s, nows[i], cost, ceils[i])
+// reserve admits against capacity that frees within maxDelay: bucket
+// rules lend it, window rules must fit now.
+func reserve(ps []Params, st []int64, t *ruleTimes, cost, maxDelay int64, r *Result) {
+	var longest int64
+	for i := range ps {
+		p, s := rule(ps, st, i)
+		if cost > t.ceils[i] {
+			r.Allowed, r.TooLarge, r.Rule = false, true, i
+			break
 		}
-		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, nows[i]) > p.Burst {
+		fit, delay := true, int64(0)
+		switch {
+		case p.Kind == LeakyShaper:
+			fit = s[0]+cost*p.Unit <= t.ceils[i]*p.Unit // room in the queue
+			delay = QueueDelay(p, s)
+		case Fits(p, s, t.nows[i], cost, t.ceils[i]):
+		case p.Reservable():
+			delay = RetryAfter(p, s, t.nows[i], cost, t.ceils[i])
+		default:
+			fit = false
+		}
+		r.Allowed = r.Allowed && fit
+		longest = max(longest, delay)
+	}
+	if longest > maxDelay {
+		r.Allowed = false
+	}
+	if r.Allowed {
+		r.Delay = longest
+		for i := range ps {
+			p, s := rule(ps, st, i)
+			Commit(p, s, t.nows[i], cost)
+		}
+	}
+}
+
+// report fills the numbers from the deciding rule: for a denial, the
+// denying rule with the longest retry-after; for an admission, the rule
+// with the fewest remaining.
+func report(ps []Params, st []int64, t *ruleTimes, cost int64, r *Result) {
+	best := ruleReport{i: -1}
+	for i := range ps {
+		p, s := rule(ps, st, i)
+		c := ruleReport{i: i, rem: Remaining(p, s, t.nows[i]), reset: ResetAfter(p, s, t.nows[i])}
+		if !r.Allowed && !r.TooLarge {
+			c.retry = RetryAfter(p, s, t.nows[i], cost, t.ceils[i])
+		}
+		if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, t.nows[i]) > p.Burst {
 			r.Excess = true
 		}
-		var better bool
-		switch {
-		case best < 0:
-			better = true
-		case r.TooLarge:
-			better = i == r.Rule
-		case !r.Allowed:
-			better = retry > bestRetry || (retry == bestRetry && rem < bestRemaining)
-		default:
-			better = rem < bestRemaining || (rem == bestRemaining && reset > bestReset)
-		}
-		if better {
-			best, bestRemaining, bestReset, bestRetry = i, rem, reset, retry
+		if best.i < 0 || r.prefers(&c, &best) {
+			best = c
 		}
 	}
-	if best >= 0 {
-		if !r.TooLarge {
-			r.Rule = best
-		}
-		p := &ps[r.Rule]
-		r.Limit = p.Limit
-		if r.Rule == best {
-			r.Remaining, r.ResetAfter, r.RetryAfter = bestRemaining, bestReset, bestRetry
-		} else {
-			s := st[p.Off : p.Off+p.Width]
-			r.Remaining, r.ResetAfter = Remaining(p, s, nows[r.Rule]), ResetAfter(p, s, nows[r.Rule])
-		}
+	if best.i < 0 {
+		return
+	}
+	if !r.TooLarge {
+		r.Rule = best.i
+	}
+	r.Limit = ps[r.Rule].Limit
+	if r.Rule == best.i {
+		r.Remaining, r.ResetAfter, r.RetryAfter = best.rem, best.reset, best.retry
+	} else { // a rule too large, not the one that would wait longest
+		p, s := rule(ps, st, r.Rule)
+		r.Remaining, r.ResetAfter = Remaining(p, s, t.nows[r.Rule]), ResetAfter(p, s, t.nows[r.Rule])
 	}
 	if r.Allowed {
 		r.RetryAfter = 0
 	}
+}
+
+// ruleReport is one rule's numbers after a decision.
+type ruleReport struct {
+	i                 int
+	rem, reset, retry int64
+}
+
+// prefers reports whether rule c decides rather than rule best: the rule
+// too large, else the longest wait of a denial (then the fewest
+// remaining), else the fewest remaining (then the longest reset).
+func (r *Result) prefers(c, best *ruleReport) bool {
+	switch {
+	case r.TooLarge:
+		return c.i == r.Rule
+	case !r.Allowed:
+		return c.retry > best.retry || (c.retry == best.retry && c.rem < best.rem)
+	}
+	return c.rem < best.rem || (c.rem == best.rem && c.reset > best.reset)
 }
 
 // Consumption returns how much of its capacity the most constrained rule

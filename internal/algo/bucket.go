@@ -2,11 +2,11 @@ package algo
 
 import "math/bits"
 
-// The bucket math (TokenBucket, LeakyMeter, GCRA, LeakyShaper), in small
-// functions the compiler inlines, shared by the generic per-rule functions
-// and by the single-rule fast path. The level s[0] is consumed capacity in
-// units (Unit per request); it drains Rate units per microsecond since
-// s[1].
+// The bucket math (TokenBucket, LeakyMeter, GCRA, LeakyShaper), as
+// redisstore/lua/10_bucket.lua, in small functions the compiler inlines,
+// shared by the per-rule dispatch (rule.go) and the single-rule fast path.
+// State: s[0] the level, consumed capacity in units (Unit per request),
+// draining Rate units per microsecond since s[1].
 
 // bucketAdvance drains the level up to now (clamped to the last update).
 func bucketAdvance(p *Params, s []int64, now int64) int64 {
@@ -61,4 +61,22 @@ func allowBucket(p *Params, s []int64, now, cost int64, r *Result) {
 	}
 	r.Remaining = bucketRemaining(p, s)
 	r.ResetAfter = bucketReset(p, s)
+}
+
+// bucketRefund gives back up to cost requests.
+func bucketRefund(p *Params, s []int64, cost int64) {
+	if cost >= ceilDiv(s[0], p.Unit) {
+		s[0] = 0
+	} else {
+		s[0] -= cost * p.Unit
+	}
+}
+
+// shaperRetry is a shaper's wait: a peek waits only for the level to come
+// down to the ceiling, a request for the queue to empty.
+func shaperRetry(p *Params, s []int64, cost, ceiling int64) int64 {
+	if cost == 0 {
+		return bucketRetry(p, s, cost, ceiling)
+	}
+	return ceilDiv(s[0], p.Rate)
 }

@@ -54,13 +54,10 @@ type Params struct {
 	Period int64 // P: microseconds
 	Burst  int64 // B: base capacity in requests; equals Limit for window algorithms
 
-	// Bucket algorithms measure their level in units: one request is Unit
-	// units and the bucket drains Rate units per microsecond, with
-	// Unit = P/gcd(P,L) and Rate = L/gcd(P,L), so the rate L/P is exact.
-	// When the ceiling's Unit units would pass 2^51 (30,011 a day: 86.4e9
-	// units a request), Rate/Unit is instead the fraction nearest L/P whose
-	// Unit fits (approxRate), and Approx is set: the rate is then off by
-	// less than one part in ceiling·Unit (below 10^-9 of it in that example).
+	// Bucket algorithms measure their level in units: a request is Unit
+	// units, and the bucket drains Rate units per microsecond: exactly
+	// L/P, or with Approx the nearest fraction whose units stay below
+	// 2^51 (docs/ALGORITHMS.md).
 	Unit   int64
 	Rate   int64
 	Approx bool
@@ -121,6 +118,9 @@ func (p *Params) Reservable() bool {
 func (p *Params) WidthFor() int {
 	switch p.Kind {
 	case SlidingLog:
+		if p.CountRejected { // one more: a full window told from an overfull one
+			return 3 + int(p.MaxCeiling())
+		}
 		return 2 + int(p.MaxCeiling())
 	case SlidingSubwindow:
 		per := 64 / p.CBits
@@ -132,13 +132,30 @@ func (p *Params) WidthFor() int {
 // Prepare fills the derived fields (Unit, Rate, N, Width) and reports a
 // problem as a short message naming the field, or "" when the rule is sound.
 func (p *Params) Prepare() string {
-	if p.Limit <= 0 {
+	msg := p.checkLimits()
+	if msg == "" {
+		msg = p.checkModes()
+	}
+	if msg == "" {
+		msg = p.prepareKind()
+	}
+	if msg == "" {
+		msg = p.prepareOptions()
+	}
+	if msg == "" {
+		p.Width = p.WidthFor()
+	}
+	return msg
+}
+
+// checkLimits checks the limit, the period and the burst (0: the limit).
+func (p *Params) checkLimits() string {
+	switch {
+	case p.Limit <= 0:
 		return "limit: must be positive"
-	}
-	if p.Period <= 0 {
+	case p.Period <= 0:
 		return "period: must be at least one microsecond"
-	}
-	if p.Period >= MaxExact/4 {
+	case p.Period >= MaxExact/4:
 		return "period: too long (at most 2^51 µs, about 71 years)"
 	}
 	if p.Burst == 0 {
@@ -147,33 +164,29 @@ func (p *Params) Prepare() string {
 	if p.Burst < 0 {
 		return "burst: must not be negative"
 	}
-	if p.Soft < 0 || p.Elastic < 0 {
+	return ""
+}
+
+// checkModes checks the soft and elastic ceilings.
+func (p *Params) checkModes() string {
+	switch {
+	case p.Soft < 0 || p.Elastic < 0:
 		return "mode: ceilings must not be negative"
-	}
-	if p.Soft > 0 && p.Soft < p.Burst {
+	case p.Soft > 0 && p.Soft < p.Burst:
 		return "soft: ceiling below the limit"
-	}
-	if p.Elastic > 0 && p.Elastic < p.Burst {
+	case p.Elastic > 0 && p.Elastic < p.Burst:
 		return "elastic: ceiling below the limit"
-	}
-	if p.Soft > 0 && p.Elastic > 0 {
+	case p.Soft > 0 && p.Elastic > 0:
 		return "mode: soft and elastic exclude each other"
 	}
+	return ""
+}
+
+// prepareKind sets a bucket's units and checks each algorithm's bounds.
+func (p *Params) prepareKind() string {
 	switch p.Kind {
 	case TokenBucket, LeakyMeter, GCRA, LeakyShaper:
-		g := gcd(p.Period, p.Limit)
-		p.Unit, p.Rate, p.Approx = p.Period/g, p.Limit/g, false
-		hi, lo := bits.Mul64(uint64(p.MaxCeiling()), uint64(p.Unit))
-		if hi != 0 || lo >= MaxExact/4 {
-			umax := (MaxExact/4 - 1) / p.MaxCeiling()
-			if umax >= 1 {
-				p.Unit, p.Rate = approxRate(p.Period, p.Limit, umax)
-			}
-			if umax < 1 || p.Rate < 1 {
-				return "burst: too large for the rate: a full bucket would take more than 2^51 units (make the burst smaller against the limit, or the period shorter)"
-			}
-			p.Approx = true
-		}
+		return p.prepareUnits()
 	case TokenBucketInterval:
 		if p.MaxCeiling() >= MaxExact/4 {
 			return "burst: too large"
@@ -194,31 +207,45 @@ func (p *Params) Prepare() string {
 	default:
 		return "algorithm: unknown"
 	}
+	return ""
+}
+
+// prepareUnits sets a bucket's Unit and Rate: exact, or approximated where
+// a full bucket's exact units would pass 2^51.
+func (p *Params) prepareUnits() string {
+	g := gcd(p.Period, p.Limit)
+	p.Unit, p.Rate, p.Approx = p.Period/g, p.Limit/g, false
+	hi, lo := bits.Mul64(uint64(p.MaxCeiling()), uint64(p.Unit))
+	if hi == 0 && lo < MaxExact/4 {
+		return ""
+	}
+	umax := (MaxExact/4 - 1) / p.MaxCeiling()
+	if umax >= 1 {
+		p.Unit, p.Rate = approxRate(p.Period, p.Limit, umax)
+	}
+	if umax < 1 || p.Rate < 1 {
+		return "burst: too large for the rate: a full bucket would take more than 2^51 units (make the burst smaller against the limit, or the period shorter)"
+	}
+	p.Approx = true
+	return ""
+}
+
+// prepareOptions checks the fields only some algorithms have (calendar,
+// granularity, count_rejected) and the log's size, and sets a sub-window
+// rule's N and CBits.
+func (p *Params) prepareOptions() string {
 	if p.Kind != FixedWindow && p.Cal != CalNone {
 		return "calendar: only fixed_window windows follow the calendar"
 	}
 	if p.Cal != CalNone && p.Loc == nil {
 		p.Loc = time.UTC
 	}
-	switch p.Kind {
-	case SlidingLog:
-		if p.MaxCeiling() > MaxLogSize {
-			return "limit: a sliding_log keeps one timestamp per request and is capped at 10000; use sliding_window or sliding_subwindow for larger limits"
-		}
-	case SlidingSubwindow:
-		if p.Gran <= 0 {
-			return "granularity: must be set for sliding_subwindow"
-		}
-		if p.Period%p.Gran != 0 {
-			return "granularity: must divide the period"
-		}
-		p.N = p.Period / p.Gran
-		p.CBits = 32
-		if 2*p.MaxCeiling() < 1<<16 {
-			p.CBits = 16
-		}
-		if p.N < 1 || p.N > MaxSubwindows {
-			return "granularity: the period must hold between 1 and 4096 sub-windows"
+	if p.Kind == SlidingLog && p.MaxCeiling() > MaxLogSize {
+		return "limit: a sliding_log keeps one timestamp per request and is capped at 10000; use sliding_window or sliding_subwindow for larger limits"
+	}
+	if p.Kind == SlidingSubwindow {
+		if msg := p.prepareSubwindows(); msg != "" {
+			return msg
 		}
 	}
 	if p.Kind != SlidingSubwindow && p.Gran != 0 {
@@ -227,16 +254,31 @@ func (p *Params) Prepare() string {
 	if p.Kind != SlidingLog && p.CountRejected {
 		return "count_rejected: only sliding_log counts rejected requests"
 	}
-	p.Width = p.WidthFor()
 	return ""
 }
 
-// approxRate returns the units of a bucket of l per period microseconds
-// whose exact units (period/gcd) are more than umax: the fraction
-// rate/unit nearest l/period with unit <= umax, a best rational
-// approximation found from the continued fraction of l/period (its last
-// convergent within umax, or the semiconvergent past it, whichever is
-// nearer). rate may be 0 when l/period is below 1/(2·umax).
+// prepareSubwindows sets a sub-window rule's N and CBits.
+func (p *Params) prepareSubwindows() string {
+	if p.Gran <= 0 {
+		return "granularity: must be set for sliding_subwindow"
+	}
+	if p.Period%p.Gran != 0 {
+		return "granularity: must divide the period"
+	}
+	p.N = p.Period / p.Gran
+	p.CBits = 32
+	if 2*p.MaxCeiling() < 1<<16 {
+		p.CBits = 16
+	}
+	if p.N < 1 || p.N > MaxSubwindows {
+		return "granularity: the period must hold between 1 and 4096 sub-windows"
+	}
+	return ""
+}
+
+// approxRate returns unit <= umax and rate with rate/unit nearest
+// l/period, from the continued fraction of l/period (docs/ALGORITHMS.md).
+// rate may be 0 when l/period is below 1/(2·umax).
 func approxRate(period, l, umax int64) (unit, rate int64) {
 	p0, q0, p1, q1 := int64(0), int64(1), int64(1), int64(0)
 	n, d := l, period

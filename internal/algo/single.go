@@ -32,28 +32,7 @@ func apply1(p *Params, st []int64, now int64, op Op, cost, maxDelay int64, spare
 			Commit(p, s, now, cost)
 		}
 	case OpReserve:
-		if cost > ceiling {
-			r.Allowed, r.TooLarge = false, true
-			break
-		}
-		var delay int64
-		switch {
-		case p.Kind == LeakyShaper:
-			r.Allowed = s[0]+cost*p.Unit <= ceiling*p.Unit
-			delay = QueueDelay(p, s)
-		case Fits(p, s, now, cost, ceiling):
-		case p.Reservable():
-			delay = RetryAfter(p, s, now, cost, ceiling)
-		default:
-			r.Allowed = false
-		}
-		if delay > maxDelay {
-			r.Allowed = false
-		}
-		if r.Allowed {
-			r.Delay = delay
-			Commit(p, s, now, cost)
-		}
+		reserve1(p, s, now, cost, maxDelay, ceiling, r)
 	}
 	r.Limit = p.Limit
 	r.Remaining = Remaining(p, s, now)
@@ -63,5 +42,32 @@ func apply1(p *Params, st []int64, now int64, op Op, cost, maxDelay int64, spare
 	}
 	if r.Allowed && (p.Soft > 0 || p.Elastic > 0) && Used(p, s, now) > p.Burst {
 		r.Excess = true
+	}
+}
+
+// reserve1 is apply1's OpReserve: bucket rules lend capacity that frees
+// within maxDelay, window rules must fit now.
+func reserve1(p *Params, s []int64, now, cost, maxDelay, ceiling int64, r *Result) {
+	if cost > ceiling {
+		r.Allowed, r.TooLarge = false, true
+		return
+	}
+	var delay int64
+	switch {
+	case p.Kind == LeakyShaper:
+		r.Allowed = s[0]+cost*p.Unit <= ceiling*p.Unit
+		delay = QueueDelay(p, s)
+	case Fits(p, s, now, cost, ceiling):
+	case p.Reservable():
+		delay = RetryAfter(p, s, now, cost, ceiling)
+	default:
+		r.Allowed = false
+	}
+	if delay > maxDelay {
+		r.Allowed = false
+	}
+	if r.Allowed {
+		r.Delay = delay
+		Commit(p, s, now, cost)
 	}
 }

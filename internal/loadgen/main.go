@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/floodgate/floodgate/service"
+	"github.com/floodgate/floodgate/internal/gcfloor"
 )
 
 const usageText = `usage: floodgate bench --addr HOST:PORT [flags]
@@ -89,6 +89,39 @@ func (e usageError) Error() string { return e.msg }
 
 func parseArgs(args []string, help io.Writer) (*options, error) {
 	o := &options{}
+	var hits uint64
+	fs := o.flagSet(&hits)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(help, usageText)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, usageError{err.Error()}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+	}
+	if o.serveEmpty != "" {
+		for name := range set {
+			if name != "serve-empty" && name != "stock" {
+				return nil, usageError{fmt.Sprintf("--serve-empty takes no other flag but --stock (got --%s)", name)}
+			}
+		}
+		return o, nil
+	}
+	if err := checkBench(&o.cfg, set, hits); err != nil {
+		return nil, err
+	}
+	o.cfg.Hits = uint32(hits)
+	return o, nil
+}
+
+// flagSet is bench's flags, set into o (and --hits into hits).
+func (o *options) flagSet(hits *uint64) *flag.FlagSet {
 	c := &o.cfg
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -104,7 +137,7 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&c.Domain, "domain", "bench", "rate limit domain")
 	fs.Var(descriptorFlag{&c.Descriptors}, "descriptor", "one descriptor `key=value[,key2=value2]` of every request; repeatable (default generic_key=bench)")
 	fs.IntVar(&c.Keys, "keys", 1, "distinct keys: the last entry of each descriptor gets a suffix 0..N-1 drawn uniformly per request (1: one hot key, no suffix)")
-	hits := fs.Uint64("hits", 1, "hits_addend of every request (0 leaves it unset)")
+	fs.Uint64Var(hits, "hits", 1, "hits_addend of every request (0 leaves it unset)")
 	c.TLS.AddFlags(fs)
 	fs.IntVar(&c.CPUPid, "cpu-pid", 0, "server `pid`: report its CPU time per decision, from /proc/PID/stat")
 	fs.IntVar(&c.StorePid, "store-pid", 0, "store `pid` (a redis-server the server uses): report its CPU time per decision too")
@@ -112,82 +145,48 @@ func parseArgs(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.StringVar(&o.serveEmpty, "serve-empty", "", "run the empty RateLimitService on `host:port` until interrupted")
 	fs.BoolVar(&o.stock, "stock", false, "with --serve-empty: grpc-go's default server options and no garbage-collection floor")
+	return fs
+}
 
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(help, usageText)
-			fs.SetOutput(help)
-			fs.PrintDefaults()
-			return nil, err
+// checkBench checks a benchmark's flags (set: those given), each against
+// the rules below in turn: the first broken is the usage error.
+func checkBench(c *Config, set map[string]bool, hits uint64) error {
+	_, _, addrErr := net.SplitHostPort(c.Addr)
+	for _, r := range []struct {
+		broken bool
+		msg    string
+	}{
+		{set["stock"], "--stock goes with --serve-empty"},
+		{c.Addr == "", "--addr HOST:PORT is required"},
+		{addrErr != nil, fmt.Sprintf("--addr %q: want host:port", c.Addr)},
+		{c.Conns < 1, fmt.Sprintf("--conns must be at least 1 (got %d)", c.Conns)},
+		{c.Concurrency < 1, fmt.Sprintf("--concurrency must be at least 1 (got %d)", c.Concurrency)},
+		{c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0), fmt.Sprintf("--rate must be a positive number of requests/s (got %v)", c.Rate)},
+		{set["rate"] && c.Rate == 0, "--rate must be positive (omit it for the closed loop)"},
+		{set["rate"] && set["concurrency"], "--rate (open loop) and --concurrency (closed loop) exclude each other; bound the open loop with --max-inflight"},
+		{!set["rate"] && (set["max-inflight"] || set["late"]), "--max-inflight and --late apply to the open loop only (add --rate)"},
+		{c.MaxInFlight < 1, fmt.Sprintf("--max-inflight must be at least 1 (got %d)", c.MaxInFlight)},
+		{c.Duration <= 0, fmt.Sprintf("--duration must be positive (got %v)", c.Duration)},
+		{c.Warmup < 0, fmt.Sprintf("--warmup must not be negative (got %v)", c.Warmup)},
+		{c.Timeout <= 0, fmt.Sprintf("--timeout must be positive (got %v)", c.Timeout)},
+		{c.LateThreshold <= 0, fmt.Sprintf("--late must be positive (got %v)", c.LateThreshold)},
+		{c.Domain == "", "--domain must not be empty"},
+		{c.Keys < 1, fmt.Sprintf("--keys must be at least 1 (got %d)", c.Keys)},
+		{hits > math.MaxUint32, fmt.Sprintf("--hits %d is out of range (max %d)", hits, uint64(math.MaxUint32))},
+		{c.CPUPid < 0, fmt.Sprintf("--cpu-pid must be a process id (got %d)", c.CPUPid)},
+		{c.StorePid < 0, fmt.Sprintf("--store-pid must be a process id (got %d)", c.StorePid)},
+	} {
+		if r.broken {
+			return usageError{r.msg}
 		}
-		return nil, usageError{err.Error()}
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	bad := func(format string, a ...any) (*options, error) { return nil, usageError{fmt.Sprintf(format, a...)} }
-
-	if fs.NArg() > 0 {
-		return bad("unexpected argument %q (flags only)", fs.Arg(0))
-	}
-	if o.serveEmpty != "" {
-		for name := range set {
-			if name != "serve-empty" && name != "stock" {
-				return bad("--serve-empty takes no other flag but --stock (got --%s)", name)
-			}
-		}
-		return o, nil
-	}
-	if set["stock"] {
-		return bad("--stock goes with --serve-empty")
-	}
-	if c.Addr == "" {
-		return bad("--addr HOST:PORT is required")
-	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		return bad("--addr %q: want host:port", c.Addr)
-	}
-	switch {
-	case c.Conns < 1:
-		return bad("--conns must be at least 1 (got %d)", c.Conns)
-	case c.Concurrency < 1:
-		return bad("--concurrency must be at least 1 (got %d)", c.Concurrency)
-	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
-		return bad("--rate must be a positive number of requests/s (got %v)", c.Rate)
-	case set["rate"] && c.Rate == 0:
-		return bad("--rate must be positive (omit it for the closed loop)")
-	case set["rate"] && set["concurrency"]:
-		return bad("--rate (open loop) and --concurrency (closed loop) exclude each other; bound the open loop with --max-inflight")
-	case !set["rate"] && (set["max-inflight"] || set["late"]):
-		return bad("--max-inflight and --late apply to the open loop only (add --rate)")
-	case c.MaxInFlight < 1:
-		return bad("--max-inflight must be at least 1 (got %d)", c.MaxInFlight)
-	case c.Duration <= 0:
-		return bad("--duration must be positive (got %v)", c.Duration)
-	case c.Warmup < 0:
-		return bad("--warmup must not be negative (got %v)", c.Warmup)
-	case c.Timeout <= 0:
-		return bad("--timeout must be positive (got %v)", c.Timeout)
-	case c.LateThreshold <= 0:
-		return bad("--late must be positive (got %v)", c.LateThreshold)
-	case c.Domain == "":
-		return bad("--domain must not be empty")
-	case c.Keys < 1:
-		return bad("--keys must be at least 1 (got %d)", c.Keys)
-	case *hits > math.MaxUint32:
-		return bad("--hits %d is out of range (max %d)", *hits, uint64(math.MaxUint32))
-	case c.CPUPid < 0:
-		return bad("--cpu-pid must be a process id (got %d)", c.CPUPid)
-	case c.StorePid < 0:
-		return bad("--store-pid must be a process id (got %d)", c.StorePid)
 	}
 	if err := c.TLS.Resolve(); err != nil {
-		return bad("%v", err)
+		return usageError{err.Error()}
 	}
 	if c.Rate > 0 && c.Duration.Seconds()*c.Rate < 1 {
-		return bad("--rate %v over --duration %v schedules no request", c.Rate, c.Duration)
+		return usageError{fmt.Sprintf("--rate %v over --duration %v schedules no request", c.Rate, c.Duration)}
 	}
-	c.Hits = uint32(*hits)
-	return o, nil
+	return nil
 }
 
 func mainCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -230,7 +229,7 @@ func serveEmpty(ctx context.Context, addr string, stock bool, stderr io.Writer) 
 	}
 	s, kind := StockEmptyServer(lis), "stock "
 	if !stock {
-		service.SetGCFloor(service.DefaultGCFloor) // as `floodgate serve` runs
+		gcfloor.Set(gcfloor.Default) // as `floodgate serve` runs
 		s, kind = EmptyServer(lis), ""
 	}
 	fmt.Fprintf(stderr, "floodgate bench: %sempty RateLimitService on %s (pid %d); interrupt to stop\n", kind, lis.Addr(), os.Getpid())

@@ -160,39 +160,8 @@ func (res *Result) WriteJSON(w io.Writer) error {
 // WriteText writes the human-readable summary.
 func (res *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
-	if res.Mode == "open" {
-		fmt.Fprintf(&b, "open loop at %s req/s", num(res.Rate))
-	} else {
-		fmt.Fprintf(&b, "closed loop, %d callers", res.Concurrency)
-	}
-	fmt.Fprintf(&b, " on %d connection%s to %s: %.3gs measured after %.3gs warmup",
-		res.Conns, plural(res.Conns), res.Addr, res.DurationSeconds, res.WarmupSeconds)
-	if res.Interrupted {
-		b.WriteString(" (interrupted)")
-	}
-	hits := "hits_addend unset"
-	if res.Hits > 0 {
-		hits = fmt.Sprintf("hits %d", res.Hits)
-	}
-	fmt.Fprintf(&b, "\ndomain %q, descriptors %s, %d key%s, %s\n\n",
-		res.Domain, strings.Join(res.Descriptors, " | "), res.Keys, plural(res.Keys), hits)
-
-	fmt.Fprintf(&b, "requests     %s  (%s/s)\n", num(float64(res.Requests)), num(res.RPS))
-	fmt.Fprintf(&b, "  ok         %s\n", num(float64(res.OK)))
-	fmt.Fprintf(&b, "  over limit %s\n", num(float64(res.OverLimit)))
-	if res.Unknown > 0 {
-		fmt.Fprintf(&b, "  unknown    %s\n", num(float64(res.Unknown)))
-	}
-	fmt.Fprintf(&b, "  errors     %s", num(float64(res.Errors)))
-	if len(res.ErrorCodes) > 0 {
-		var parts []string
-		for c := range res.ErrorCodes {
-			parts = append(parts, fmt.Sprintf("%s %d", c, res.ErrorCodes[c]))
-		}
-		slices.Sort(parts)
-		fmt.Fprintf(&b, "  (%s)", strings.Join(parts, ", "))
-	}
-	b.WriteString("\n")
+	res.textSetup(&b)
+	res.textCounts(&b)
 	fmt.Fprintf(&b, "latency      %s\n", latencyLine(res.Latency))
 	if o := res.Open; o != nil {
 		fmt.Fprintf(&b, "schedule     %s due, %s sent, %s late (> %s), %s unsent; peak %d in flight (%d workers, cap %d)\n",
@@ -211,6 +180,46 @@ func (res *Result) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// textSetup writes the summary's first lines: the load and what it asked.
+func (res *Result) textSetup(b *strings.Builder) {
+	if res.Mode == "open" {
+		fmt.Fprintf(b, "open loop at %s req/s", num(res.Rate))
+	} else {
+		fmt.Fprintf(b, "closed loop, %d callers", res.Concurrency)
+	}
+	fmt.Fprintf(b, " on %d connection%s to %s: %.3gs measured after %.3gs warmup",
+		res.Conns, plural(res.Conns), res.Addr, res.DurationSeconds, res.WarmupSeconds)
+	if res.Interrupted {
+		b.WriteString(" (interrupted)")
+	}
+	hits := "hits_addend unset"
+	if res.Hits > 0 {
+		hits = fmt.Sprintf("hits %d", res.Hits)
+	}
+	fmt.Fprintf(b, "\ndomain %q, descriptors %s, %d key%s, %s\n\n",
+		res.Domain, strings.Join(res.Descriptors, " | "), res.Keys, plural(res.Keys), hits)
+}
+
+// textCounts writes the requests by outcome, errors by code.
+func (res *Result) textCounts(b *strings.Builder) {
+	fmt.Fprintf(b, "requests     %s  (%s/s)\n", num(float64(res.Requests)), num(res.RPS))
+	fmt.Fprintf(b, "  ok         %s\n", num(float64(res.OK)))
+	fmt.Fprintf(b, "  over limit %s\n", num(float64(res.OverLimit)))
+	if res.Unknown > 0 {
+		fmt.Fprintf(b, "  unknown    %s\n", num(float64(res.Unknown)))
+	}
+	fmt.Fprintf(b, "  errors     %s", num(float64(res.Errors)))
+	if len(res.ErrorCodes) > 0 {
+		var parts []string
+		for c := range res.ErrorCodes {
+			parts = append(parts, fmt.Sprintf("%s %d", c, res.ErrorCodes[c]))
+		}
+		slices.Sort(parts)
+		fmt.Fprintf(b, "  (%s)", strings.Join(parts, ", "))
+	}
+	b.WriteString("\n")
 }
 
 func latencyLine(l Latency) string {

@@ -125,26 +125,73 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Addr == "" {
 		return nil, errors.New("no address")
 	}
+	r, closeConns, err := dial(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer closeConns()
+	if err := r.probe(ctx); err != nil {
+		return nil, err
+	}
+	server := &watched{flag: "--cpu-pid", pid: cfg.CPUPid}
+	store := &watched{flag: "--store-pid", pid: cfg.StorePid}
+	for _, w := range []*watched{server, store} {
+		if err := w.check(); err != nil {
+			return nil, err
+		}
+	}
+	m, err := r.measure(ctx, server, store)
+	if err != nil {
+		return nil, err
+	}
+	res := r.result(m.wall, !m.completed)
+	decided := res.OK + res.OverLimit + res.Unknown
+	if res.ServerCPU, err = server.result(m.wall, decided, res.Requests); err != nil {
+		return nil, err
+	}
+	if res.StoreCPU, err = store.result(m.wall, decided, res.Requests); err != nil {
+		return nil, err
+	}
+	if m.selfOK {
+		res.ClientCPU = newCPUResult(0, m.self, m.wall, decided, res.Requests)
+	}
+	return res, nil
+}
+
+// dial makes the run and its cfg.Conns connections; closeConns closes
+// them.
+func dial(cfg *Config) (r *run, closeConns func(), err error) {
 	creds, err := cfg.TLS.Credentials()
 	if err != nil {
-		return nil, fmt.Errorf("TLS: %w", err)
+		return nil, nil, fmt.Errorf("TLS: %w", err)
 	}
-	r := &run{cfg: &cfg, reqs: newRequests(&cfg), stopped: make(chan struct{}), win: newTally(), sendLag: NewHistogram()}
+	r = &run{cfg: cfg, reqs: newRequests(cfg), stopped: make(chan struct{}), win: newTally(), sendLag: NewHistogram()}
 	r.interval.Store(newTally())
+	var conns []*grpc.ClientConn
+	closeConns = func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}
 	for i := 0; i < cfg.Conns; i++ {
 		cc, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds), grpc.WithUserAgent("floodgate-bench"))
 		if err != nil {
-			return nil, err
+			closeConns()
+			return nil, nil, err
 		}
-		defer cc.Close()
+		conns = append(conns, cc)
 		r.clients = append(r.clients, rlsv3.NewRateLimitServiceClient(cc))
 	}
-	// One request on every connection: fail fast if the server is not
-	// there, and have the connections up before the clock starts. A check
-	// (every descriptor's hits_addend 0), so it consumes nothing the
-	// report would not count.
+	return r, closeConns, nil
+}
+
+// probe sends one request on every connection: fail fast if the server is
+// not there, and have the connections up before the clock starts. A check
+// (every descriptor's hits_addend 0), so it consumes nothing the report
+// would not count.
+func (r *run) probe(ctx context.Context) error {
 	for _, c := range r.clients {
-		pctx, cancel := context.WithTimeout(ctx, min(cfg.Timeout, 5*time.Second))
+		pctx, cancel := context.WithTimeout(ctx, min(r.cfg.Timeout, 5*time.Second))
 		check := proto.Clone(r.pick()).(*rlsv3.RateLimitRequest)
 		for _, d := range check.Descriptors {
 			d.HitsAddend = wrapperspb.UInt64(0)
@@ -153,84 +200,78 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cancel()
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-			return nil, fmt.Errorf("cannot reach %s: %v", cfg.Addr, err)
+			return fmt.Errorf("cannot reach %s: %v", r.cfg.Addr, err)
 		case codes.Unimplemented:
-			return nil, fmt.Errorf("%s does not serve envoy.service.ratelimit.v3.RateLimitService: %v", cfg.Addr, err)
+			return fmt.Errorf("%s does not serve envoy.service.ratelimit.v3.RateLimitService: %v", r.cfg.Addr, err)
 		}
 	}
+	return nil
+}
 
-	var self0, self1 time.Duration
-	var selfOK bool
-	server := &watched{flag: "--cpu-pid", pid: cfg.CPUPid}
-	store := &watched{flag: "--store-pid", pid: cfg.StorePid}
-	for _, w := range []*watched{server, store} {
-		if err := w.check(); err != nil {
-			return nil, err
-		}
-	}
+// measurement is what the measured phase found: how long it lasted,
+// whether it ran to its planned end, and this process's CPU time over it
+// (self, if selfOK).
+type measurement struct {
+	wall, self        time.Duration
+	completed, selfOK bool
+}
 
+// measure runs the warmup and the measured phase, sampling the watched
+// processes' CPU time at its edges, and waits for the load to end.
+func (r *run) measure(ctx context.Context, server, store *watched) (measurement, error) {
 	r.t0 = time.Now()
-	r.warmEnd = r.t0.Add(cfg.Warmup)
-	r.end = r.warmEnd.Add(cfg.Duration)
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	if cfg.Rate > 0 {
-		go func() { defer wg.Done(); r.openLoop() }()
-	} else {
-		go func() { defer wg.Done(); r.closedLoop() }()
-	}
-	progressDone := make(chan struct{})
-	var progressWG sync.WaitGroup
-	if cfg.Progress != nil {
-		progressWG.Add(1)
-		go func() { defer progressWG.Done(); r.progress(progressDone) }()
-	}
-
-	interrupt := func() {
-		r.stopAt.Store(int64(max(time.Since(r.t0), 1)))
-		r.stop()
-	}
-	finish := func() {
-		wg.Wait()
-		close(progressDone)
-		progressWG.Wait() // no progress line after Run returns
-	}
-
-	// measured phase: sample CPU at its edges
+	r.warmEnd = r.t0.Add(r.cfg.Warmup)
+	r.end = r.warmEnd.Add(r.cfg.Duration)
+	finish := r.startLoad()
 	if !sleepUntil(ctx, r.warmEnd) {
-		interrupt()
+		r.interrupt()
 		finish()
-		return nil, errors.New("interrupted during the warmup: nothing measured")
+		return measurement{}, errors.New("interrupted during the warmup: nothing measured")
 	}
 	server.start()
 	store.start()
-	self0, selfOK = selfCPU()
+	self0, selfOK := selfCPU()
 	completed := sleepUntil(ctx, r.end)
 	if !completed {
-		interrupt()
+		r.interrupt()
 	}
 	server.stop()
 	store.stop()
-	self1, _ = selfCPU()
-	wallCPU := r.windowEnd().Sub(r.warmEnd)
+	self1, _ := selfCPU()
+	m := measurement{wall: r.windowEnd().Sub(r.warmEnd), self: self1 - self0, completed: completed, selfOK: selfOK}
 	// Not r.stop(): the open loop still sends what was due in the window
 	// and is not out yet (a backlog after a stall), up to Timeout past the
 	// end; the closed loop stops by itself at the end.
 	finish()
+	return m, nil
+}
 
-	res := r.result(wallCPU, !completed)
-	decided := res.OK + res.OverLimit + res.Unknown
-	if res.ServerCPU, err = server.result(wallCPU, decided, res.Requests); err != nil {
-		return nil, err
+// startLoad starts the load (the open loop or the closed one) and the
+// progress lines; finish waits for the load to end, then stops the
+// progress lines.
+func (r *run) startLoad() (finish func()) {
+	var wg sync.WaitGroup
+	if r.cfg.Rate > 0 {
+		wg.Go(r.openLoop)
+	} else {
+		wg.Go(r.closedLoop)
 	}
-	if res.StoreCPU, err = store.result(wallCPU, decided, res.Requests); err != nil {
-		return nil, err
+	progressDone := make(chan struct{})
+	var progressWG sync.WaitGroup
+	if r.cfg.Progress != nil {
+		progressWG.Go(func() { r.progress(progressDone) })
 	}
-	if selfOK {
-		res.ClientCPU = newCPUResult(0, self1-self0, wallCPU, res.OK+res.OverLimit+res.Unknown, res.Requests)
+	return func() {
+		wg.Wait()
+		close(progressDone)
+		progressWG.Wait() // no progress line after Run returns
 	}
-	return res, nil
+}
+
+// interrupt cuts the measured window short now and stops new requests.
+func (r *run) interrupt() {
+	r.stopAt.Store(int64(max(time.Since(r.t0), 1)))
+	r.stop()
 }
 
 // watched is a process (--cpu-pid, --store-pid) whose CPU time over the
@@ -336,53 +377,32 @@ func (r *run) closedLoop() {
 // when the backlog has not cleared Timeout after the end are reported as
 // unsent.
 func (r *run) openLoop() {
-	work := make(chan time.Time) // unbuffered: a send succeeds only to an idle worker
-	var wg sync.WaitGroup
-	worker := func(client rlsv3.RateLimitServiceClient, first time.Time) {
-		defer wg.Done()
-		for t := first; ; {
-			n := r.inflight.Add(1)
-			for {
-				p := r.peakInFlight.Load()
-				if n <= p || r.peakInFlight.CompareAndSwap(p, n) {
-					break
-				}
-			}
-			lag := time.Since(t)
-			if r.inWindow(t) {
-				r.sent.Add(1)
-				r.sendLag.Record(lag)
-				if lag > r.cfg.LateThreshold {
-					r.late.Add(1)
-				}
-			}
-			r.call(client, t)
-			r.inflight.Add(-1)
-			var ok bool
-			if t, ok = <-work; !ok {
-				return
-			}
-		}
-	}
-
-	pt := newPreciseTimer()
-	defer pt.close()
 	per := float64(time.Second) / r.cfg.Rate
 	due := func(i int64) time.Time { return r.t0.Add(time.Duration(float64(i) * per)) }
+	work := make(chan time.Time) // unbuffered: a send succeeds only to an idle worker
+	var wg sync.WaitGroup
+	r.dispatch(due, work, &wg)
+	close(work)
+	r.intendedWin = r.intended(due)
+	wg.Wait()
+}
+
+// dispatch hands each request due before the end to an idle worker on
+// work, or to a new one (in wg) while there are fewer than MaxInFlight,
+// or else waits for a worker to be free; it gives up when the run is
+// stopped or Timeout after the end.
+func (r *run) dispatch(due func(int64) time.Time, work chan time.Time, wg *sync.WaitGroup) {
+	pt := newPreciseTimer()
+	defer pt.close()
 	hardStop := time.NewTimer(time.Until(r.end.Add(r.cfg.Timeout)))
 	defer hardStop.Stop()
 	tm := time.NewTimer(time.Hour)
 	defer tm.Stop()
 	nworkers := 0
-	i := int64(0)
-loop:
-	for ; ; i++ {
+	for i := int64(0); ; i++ {
 		t := due(i)
-		if !t.Before(r.end) {
-			break
-		}
-		if !r.waitUntil(t, tm, pt) {
-			break loop
+		if !t.Before(r.end) || !r.waitUntil(t, tm, pt) {
+			return
 		}
 		select {
 		case work <- t:
@@ -392,33 +412,63 @@ loop:
 		if nworkers < r.cfg.MaxInFlight {
 			nworkers++
 			r.workers.Store(int64(nworkers))
-			wg.Add(1)
-			go worker(r.clients[nworkers%len(r.clients)], t)
+			client := r.clients[nworkers%len(r.clients)]
+			wg.Go(func() { r.worker(client, t, work) })
 			continue
 		}
 		select {
 		case work <- t:
 		case <-r.stopped:
-			break loop
+			return
 		case <-hardStop.C:
-			break loop
+			return
 		}
 	}
-	close(work)
-	// count what was due in the window, sent or not
+}
+
+// worker sends the request due at first, then each one handed to it on
+// work, until work is closed.
+func (r *run) worker(client rlsv3.RateLimitServiceClient, first time.Time, work <-chan time.Time) {
+	for t, ok := first, true; ok; t, ok = <-work {
+		r.send(client, t)
+	}
+}
+
+// send sends the request due at t, counting it in flight (and at its peak)
+// and, in the window, as sent and how late.
+func (r *run) send(client rlsv3.RateLimitServiceClient, t time.Time) {
+	n := r.inflight.Add(1)
+	for {
+		p := r.peakInFlight.Load()
+		if n <= p || r.peakInFlight.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	lag := time.Since(t)
+	if r.inWindow(t) {
+		r.sent.Add(1)
+		r.sendLag.Record(lag)
+		if lag > r.cfg.LateThreshold {
+			r.late.Add(1)
+		}
+	}
+	r.call(client, t)
+	r.inflight.Add(-1)
+}
+
+// intended counts the requests due in the window, sent or not.
+func (r *run) intended(due func(int64) time.Time) uint64 {
 	we := r.windowEnd()
 	var n uint64
 	for j := int64(0); ; j++ {
 		t := due(j)
 		if !t.Before(we) {
-			break
+			return n
 		}
 		if !t.Before(r.warmEnd) {
 			n++
 		}
 	}
-	r.intendedWin = n
-	wg.Wait()
 }
 
 // waitUntil sleeps until t: on a Go timer to within a couple of

@@ -1,7 +1,7 @@
 // Package refmodel holds brute-force reference models of every Floodgate
 // algorithm and throttling mode, written from the definitions and not from
 // internal/algo, and randomized property tests proving that the engine
-// (Policy.Apply on a state slice, and a memstore behind a Limiter) makes
+// (storekit.Apply on a state slice, and a memstore behind a Limiter) makes
 // exactly the decisions the models make.
 //
 // The models trade speed for obviousness:

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 var (
@@ -71,7 +72,7 @@ func (s step) String() string {
 	return b.String()
 }
 
-// harness runs one trace through the model, Policy.Apply on state slices,
+// harness runs one trace through the model, storekit.Apply on state slices,
 // and (unless the clock goes back) a memstore behind a Limiter, in lockstep.
 type harness struct {
 	t      *testing.T
@@ -105,7 +106,7 @@ func newHarness(t *testing.T, seed uint64, specs []Spec, keys int, withStore boo
 	h.pol = pol
 	for range keys {
 		h.models = append(h.models, NewKey(specs))
-		h.states = append(h.states, make([]int64, pol.Width()))
+		h.states = append(h.states, make([]int64, storekit.Width(pol)))
 	}
 	if withStore {
 		h.clk = clock.NewManual(time.Unix(0, 0))
@@ -150,15 +151,15 @@ var engineOps = map[Op]floodgate.OpKind{Allow: floodgate.OpAllow, Peek: floodgat
 func (h *harness) apply(now int64, key int, op Op, cost int64, maxDelay time.Duration, spare uint64) Decision {
 	h.t.Helper()
 	want := h.models[key].Do(now, op, cost, maxDelay.Microseconds(), spare)
-	got := h.pol.Apply(h.states[key], now, floodgate.Op{Kind: engineOps[op], Cost: cost, MaxDelay: maxDelay, Spare: spare})
+	got := storekit.Apply(h.pol, h.states[key], now, floodgate.Op{Kind: engineOps[op], Cost: cost, MaxDelay: maxDelay, Spare: spare})
 	if *flagVerbose {
 		h.t.Logf("    %v key=%d t=%d cost=%d: %v state=%v", op, key, now, cost, want, h.states[key])
 	}
-	h.check("Policy.Apply", want, got)
-	if !h.pol.ValidState(h.states[key]) {
+	h.check("storekit.Apply", want, got)
+	if !storekit.Valid(h.pol, h.states[key]) {
 		// a snapshot holding it could not be restored (memstore refuses
-		// a state ValidState rejects as a damaged file)
-		h.fail("state %v after %v is not ValidState", h.states[key], op)
+		// a state storekit.Valid rejects as a damaged file)
+		h.fail("state %v after %v is not storekit.Valid", h.states[key], op)
 	}
 	return want
 }
@@ -440,14 +441,14 @@ func runTraces(t *testing.T, name string, def, steps int, back bool) {
 }
 
 // TestModelMatchesEngine runs random traces, the clock moving forward (or
-// standing still), through the model, Policy.Apply and a memstore behind a
+// standing still), through the model, storekit.Apply and a memstore behind a
 // Limiter, and requires identical decisions.
 func TestModelMatchesEngine(t *testing.T) {
 	runTraces(t, "forward", 300, 120, false)
 }
 
 // TestModelMatchesEngineClockBack lets the clock go back now and then; each
-// rule clamps time to what its state has seen. Only Policy.Apply is
+// rule clamps time to what its state has seen. Only storekit.Apply is
 // compared: a store may forget a fresh key, and with it what time it saw.
 func TestModelMatchesEngineClockBack(t *testing.T) {
 	runTraces(t, "back", 120, 120, true)

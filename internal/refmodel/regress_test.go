@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
 )
 
 // These pin the discrepancies the random traces found between the engine
@@ -33,13 +34,13 @@ func runFixed(t *testing.T, c fixedCase) {
 		rules[i] = toRule(i, s, func() bool { return spare&bit != 0 })
 	}
 	pol := floodgate.MustPolicy("", rules...)
-	st := make([]int64, pol.Width())
+	st := make([]int64, storekit.Width(pol))
 	m := NewKey(c.specs)
 	for i, s := range c.steps {
 		spare = s.spare
 		now := s.at.UnixMicro()
 		model := toDecision(m.Do(now, s.op, s.cost, 0, s.spare))
-		got := pol.Apply(st, now, floodgate.Op{Kind: engineOps[s.op], Cost: s.cost, Spare: s.spare})
+		got := storekit.Apply(pol, st, now, floodgate.Op{Kind: engineOps[s.op], Cost: s.cost, Spare: s.spare})
 		if model != s.want {
 			t.Errorf("%s step %d (%v %d at %v): model %+v, want %+v", c.name, i, s.op, s.cost, s.at, model, s.want)
 		}

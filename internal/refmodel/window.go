@@ -210,8 +210,10 @@ func (w *subwindow) record(t, c int64) {
 }
 
 // slidingLog keeps one timestamp per request; an entry at e counts at t
-// while t - e < P. The log holds at most MaxCeiling entries: recording into
-// a full log drops the oldest.
+// while t - e < P. The log holds at most MaxCeiling entries, one more when
+// it counts rejections (so that a window holding more than the limit
+// refuses even a peek): recording into a full log drops the oldest. A
+// charge keeps at most MaxCeiling.
 type slidingLog struct {
 	s  *Spec
 	ts []int64 // oldest first
@@ -242,15 +244,26 @@ func (l *slidingLog) usage(t int64) *big.Rat {
 
 func (l *slidingLog) record(t, c int64) {
 	m := l.s.MaxCeiling()
+	if l.s.CountRejected {
+		m++
+	}
 	for range min(c, m) {
 		l.ts = append(l.ts, t)
 	}
+	l.keep(m)
+}
+
+// keep drops the oldest entries beyond m.
+func (l *slidingLog) keep(m int64) {
 	if int64(len(l.ts)) > m {
 		l.ts = append([]int64(nil), l.ts[int64(len(l.ts))-m:]...)
 	}
 }
 
-func (l *slidingLog) charge(t, c, most int64) { l.record(t, c) }
+func (l *slidingLog) charge(t, c, most int64) {
+	l.record(t, c)
+	l.keep(most)
+}
 
 func (l *slidingLog) refund(t, c int64) { l.ts = l.ts[:int64(len(l.ts))-min(c, int64(len(l.ts)))] }
 func (l *slidingLog) reset()            { l.ts = nil }

@@ -1,5 +1,6 @@
 -- Sliding log. State {t1, t2, ...}: admitted request times, oldest first,
--- at most maxceil of them. An entry counts while now - t < P.
+-- at most maxceil of them (maxceil + 1 with count rejected: a full window
+-- told from an overfull one). An entry counts while now - t < P.
 local slog = {}
 
 function slog.advance(p, s, now)
@@ -17,10 +18,9 @@ end
 function slog.used(p, s, now) return #s end
 function slog.fits(p, s, now, cost, ceiling) return #s + cost <= ceiling end
 
-function slog.commit(p, s, now, cost)
-  local add = min(cost, p.maxceil)
-  for _ = 1, add do s[#s + 1] = now end
-  local over = #s - p.maxceil
+-- logkeep drops the oldest entries beyond m.
+local function logkeep(s, m)
+  local over = #s - m
   if over > 0 then
     local n = #s
     for i = 1, n - over do s[i] = s[i + over] end
@@ -28,7 +28,14 @@ function slog.commit(p, s, now, cost)
   end
 end
 
-function slog.clamp(p, s, now) end
+function slog.commit(p, s, now, cost)
+  local m = p.maxceil
+  if p.cr then m = m + 1 end
+  for _ = 1, min(cost, m) do s[#s + 1] = now end
+  logkeep(s, m)
+end
+
+function slog.clamp(p, s, now) logkeep(s, p.maxceil) end
 
 function slog.refund(p, s, now, cost)
   local n = #s

@@ -1,4 +1,6 @@
-package service
+// Package gcfloor tunes the garbage collector of a whole process: the
+// floodgate command's, not a library's.
+package gcfloor
 
 import (
 	"os"
@@ -8,13 +10,13 @@ import (
 	"sync"
 )
 
-// DefaultGCFloor is the heap size below which `floodgate serve` does not
-// collect garbage (SetGCFloor).
-const DefaultGCFloor = 64 << 20
+// Default is the heap size below which `floodgate serve` does not
+// collect garbage.
+const Default = 64 << 20
 
 var gcFloorOnce sync.Once
 
-// SetGCFloor keeps the garbage collector from running before the heap
+// Set keeps the garbage collector from running before the heap
 // reaches floor bytes, for a process whose live heap is small: the service
 // (and gRPC under it) allocates a few kilobytes per request, and with a live
 // heap of a few megabytes Go's default (GOGC=100: collect when the heap has
@@ -27,7 +29,7 @@ var gcFloorOnce sync.Once
 // After every collection it sets GOGC to max(100, what brings the next one
 // at floor). It does nothing when the GOGC environment variable is set: the
 // operator decides. Only the first call counts.
-func SetGCFloor(floor uint64) {
+func Set(floor uint64) {
 	if _, set := os.LookupEnv("GOGC"); set || floor == 0 {
 		return
 	}

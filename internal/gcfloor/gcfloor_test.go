@@ -1,4 +1,4 @@
-package service
+package gcfloor
 
 import (
 	"os"
@@ -8,16 +8,16 @@ import (
 	"time"
 )
 
-func TestSetGCFloor(t *testing.T) {
+func TestSet(t *testing.T) {
 	if _, set := os.LookupEnv("GOGC"); set {
-		t.Skip("GOGC is set: SetGCFloor leaves it alone")
+		t.Skip("GOGC is set: Set leaves it alone")
 	}
 	gogc := func() uint64 {
 		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 		metrics.Read(s)
 		return s[0].Value.Uint64()
 	}
-	SetGCFloor(128 << 20)
+	Set(128 << 20)
 	deadline := time.Now().Add(5 * time.Second)
 	for gogc() <= 100 {
 		if time.Now().After(deadline) {
