@@ -36,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(context.Background(), args[1:], stdout, stderr)
 	case "proxy":
-		return proxy(context.Background(), args[1:], stdout, stderr)
+		return proxyCommand(context.Background(), args[1:], stdout, stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
 	case "check":

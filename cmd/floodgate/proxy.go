@@ -18,11 +18,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/internal/proxy"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
@@ -77,7 +78,8 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	return c, nil
 }
 
-func proxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// proxyCommand runs `floodgate proxy` with args.
+func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := proxyFlags(args, stderr)
 	if err != nil {
 		return command("proxy", stderr, nil, err, nil)
@@ -85,45 +87,97 @@ func proxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return command("proxy", stderr, &c.commonConfig, nil, func(log *slog.Logger) error { return runProxy(ctx, c, log) })
 }
 
-// proxyMetrics are the proxy's own metrics, beside the rules' reloads.
-type proxyMetrics struct {
-	requests *prometheus.CounterVec
-	limits   *prometheus.CounterVec
-	// upstream counts the requests the upstream failed (502 and 504),
-	// upstreamTimeouts those of them it sent no header for in time (504).
-	upstream         prometheus.Counter
-	upstreamTimeouts prometheus.Counter
-	// clients counts the requests their client failed, by reason
-	// (clientReasons).
-	clients   *prometheus.CounterVec
-	mu        sync.Mutex
-	limitKeys map[[2]string]prometheus.Counter
-}
-
-func (m *proxyMetrics) limit(name, outcome string) prometheus.Counter {
-	k := [2]string{name, outcome}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, ok := m.limitKeys[k]
-	if !ok {
-		c = m.limits.WithLabelValues(name, outcome)
-		m.limitKeys[k] = c
-	}
-	return c
-}
-
+// runProxy runs `floodgate proxy` until ctx ends: the proxy's data path
+// (internal/proxy) on --listen, its admin API on --admin-addr, the gate
+// rebuilt on every rules reload.
 func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if os.Getenv("GOGC") == "" {
 		// A proxy's live heap is small and its garbage per request large
 		// (headers, buffers): collect less often.
 		debug.SetGCPercent(400)
 	}
+	pc, err := c.parse()
+	if err != nil {
+		return err
+	}
+	if err := c.prepare(log); err != nil {
+		return err
+	}
+	metrics := service.NewMetrics()
+	pm := proxy.NewMetrics()
+	for _, col := range pm.Collectors() {
+		if err := metrics.Register(col); err != nil {
+			return err
+		}
+	}
+	st, err := c.openStore("proxy-memstore.snapshot", log, metrics)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.close(); err != nil {
+			log.Error("close", "err", err)
+		}
+	}()
+	// Overrides: where serve keeps them (on Redis, the same), for the
+	// rules-file limits and the admin API.
+	ovr, err := c.openOverrides(st, "proxy-overrides.db")
+	if err != nil {
+		return err
+	}
+	defer ovr.Close()
+	fp, err := proxy.New(proxy.Config{Upstream: pc.upstream, TrustedProxies: pc.clientIP.TrustedProxies, XRateLimit: c.xRateLimit,
+		UpstreamTimeout: c.upstreamTimeout, BodyTimeout: c.bodyTimeout, Logger: log, Metrics: pm})
+	if err != nil {
+		return err
+	}
+	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
+		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, log)}
+	cfg, err := loader.load() // builds the gate (onLoad)
+	if err != nil {
+		return err
+	}
+	// The admin API: the service's (rules, keys) on the same store and
+	// rules, plus bans.
+	svc := service.New(cfg, service.Options{Store: st.store, Overrides: ovr, Metrics: metrics, Logger: log})
+	loader.svc = svc
+	err = c.serveProxy(ctx, log, fp, proxyAdmin(c.adminToken, svc, fp, metrics, st.ready), loader)
+	fp.Gate().Close()
+	return err
+}
+
+// proxyParsed is what runProxy makes of proxyConfig's strings.
+type proxyParsed struct {
+	upstream *url.URL
+	clientIP gate.ClientIP
+}
+
+// parse checks and parses --upstream, --trusted-proxies,
+// --client-ip-header and --ipv6-prefix.
+func (c *proxyConfig) parse() (*proxyParsed, error) {
 	up, err := url.Parse(c.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host", c.upstream)
+		return nil, fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host", c.upstream)
 	}
+	trusted, err := parseTrusted(c.trusted)
+	if err != nil {
+		return nil, err
+	}
+	ipHeaders, err := parseIPHeaders(c.clientIPHeaders)
+	if err != nil {
+		return nil, err
+	}
+	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
+		return nil, fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
+	}
+	return &proxyParsed{upstream: up, clientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix}}, nil
+}
+
+// parseTrusted parses --trusted-proxies: comma-separated CIDRs or
+// addresses.
+func parseTrusted(list string) ([]netip.Prefix, error) {
 	var trusted []netip.Prefix
-	for _, s := range strings.Split(c.trusted, ",") {
+	for _, s := range strings.Split(list, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
@@ -131,94 +185,55 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		if err != nil {
 			a, aerr := netip.ParseAddr(s)
 			if aerr != nil {
-				return fmt.Errorf("--trusted-proxies: %q is not a CIDR or an address", s)
+				return nil, fmt.Errorf("--trusted-proxies: %q is not a CIDR or an address", s)
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
 		trusted = append(trusted, p)
 	}
+	return trusted, nil
+}
+
+// parseIPHeaders parses --client-ip-header.
+func parseIPHeaders(list string) ([]string, error) {
 	var ipHeaders []string
-	for _, h := range strings.Split(c.clientIPHeaders, ",") {
+	for _, h := range strings.Split(list, ",") {
 		h = strings.TrimSpace(h)
 		switch strings.ToLower(h) {
 		case "x-forwarded-for", "forwarded", "x-real-ip":
 			ipHeaders = append(ipHeaders, h)
 		default:
-			return fmt.Errorf("--client-ip-header: %q: want X-Forwarded-For, Forwarded or X-Real-IP", h)
+			return nil, fmt.Errorf("--client-ip-header: %q: want X-Forwarded-For, Forwarded or X-Real-IP", h)
 		}
 	}
-	if c.ipv6Prefix < 1 || c.ipv6Prefix > 128 {
-		return fmt.Errorf("--ipv6-prefix %d: want 1 to 128", c.ipv6Prefix)
-	}
-	if err := c.prepare(log); err != nil {
-		return err
-	}
+	return ipHeaders, nil
+}
 
-	metrics := service.NewMetrics()
-	pm := &proxyMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_requests_total",
-			Help: "Requests through the proxy by outcome (passed, refused, delayed, error)."}, []string{"outcome"}),
-		limits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_limit_decisions_total",
-			Help: "Decisions per http route (domain/route) and outcome (ok, over_limit, shadow_over_limit, banned; not_limited: an exempt value or an unlimited limit; store_unavailable: refused, the store not asked; degraded: decided by a failure mode without the store)."}, []string{"limit", "outcome"}),
-		upstream: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_errors_total",
-			Help: "Requests the upstream failed: it could not be reached or broke off (502), or sent no response header within --upstream-timeout (504)."}),
-		upstreamTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_timeouts_total",
-			Help: "Requests whose upstream sent no response header within --upstream-timeout (504); also in floodgate_proxy_upstream_errors_total."}),
-		clients: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_client_errors_total",
-			Help: "Requests their client failed, by reason: body_timeout (its body stalled past --client-body-timeout), body_aborted (it went away while sending its body), body_invalid (a malformed body), gone_while_delayed (it went away while a delay action held it)."}, []string{"reason"}),
-		limitKeys: map[[2]string]prometheus.Counter{},
-	}
-	for _, col := range []prometheus.Collector{pm.requests, pm.limits, pm.upstream, pm.upstreamTimeouts, pm.clients} {
-		if err := metrics.Register(col); err != nil {
-			return err
-		}
-	}
-
-	st, err := c.openStore("proxy-memstore.snapshot", log, metrics)
-	if err != nil {
-		return err
-	}
-	store, ready := st.store, st.ready
-	closeFns := []func() error{st.close}
-	// Overrides: where serve keeps them (on Redis, the same), for the
-	// rules-file limits and the admin API.
-	ovr, err := c.openOverrides(st, "proxy-overrides.db")
-	if err != nil {
-		st.close()
-		return err
-	}
-	closeFns = append(closeFns, ovr.Close)
-
-	// The gate, rebuilt on every reload; state lives in the store.
-	fp := newFastProxy(up, trusted, c.xRateLimit, log, pm, proxyTimeouts{upstream: c.upstreamTimeout, body: c.bodyTimeout})
-	build := func(cfg *rules.Config) error {
+// gateBuilder returns the rules loader's onLoad: it builds the gate of a
+// rules configuration and gives it to fp. State lives in the store.
+func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr overrides.Store, clientIP gate.ClientIP, log *slog.Logger) func(*rules.Config) error {
+	return func(cfg *rules.Config) error {
 		limits, err := gate.FromRules(cfg)
 		if err != nil {
 			return err
 		}
 		g, err := gate.New(gate.Config{
 			Limits: limits, Store: store, Rules: cfg, Overrides: overrides.Lookup(ovr), FailClosed: c.failClosed, Logger: log,
-			Clock:    watchingClock{clock.Coarse}, // a delay ends early when its client leaves
-			ClientIP: gate.ClientIP{TrustedProxies: trusted, Headers: ipHeaders, IPv6Prefix: c.ipv6Prefix},
+			Clock:    proxy.Clock(clock.Coarse), // a delay ends early when its client leaves
+			ClientIP: clientIP,
 		})
 		if err != nil {
 			return err
 		}
-		fp.gate.Store(g)
+		fp.SetGate(g)
 		log.Info("http routes live", "routes", len(limits))
 		return nil
 	}
-	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
-		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: build}
-	cfg, err := loader.load() // builds the gate (onLoad)
-	if err != nil {
-		return err
-	}
-	// The admin API: the service's (rules, keys) on the same store and
-	// rules, plus bans.
-	svc := service.New(cfg, service.Options{Store: store, Overrides: ovr, Metrics: metrics, Logger: log})
-	loader.svc = svc
+}
 
+// proxyAdmin returns the proxy's admin API: metrics, health, the
+// service's routes (rules, keys) and lifting a ban.
+func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, metrics *service.Metrics, ready func() (bool, string)) http.Handler {
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -230,25 +245,30 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		io.WriteString(w, why+"\n")
 	})
 	// svc's guard: one throttle of failed tokens with svc.AdminHandler's routes
-	admin.Handle("POST /v1/bans/lift", svc.RequireToken(c.adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	admin.Handle("POST /v1/bans/lift", svc.RequireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Limit, Key string }
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body); err != nil || body.Limit == "" || body.Key == "" {
 			http.Error(w, `want {"limit":"domain/route","key":"..."}`, http.StatusBadRequest)
 			return
 		}
-		if err := fp.gate.Load().Lift(r.Context(), body.Limit, body.Key); err != nil {
+		if err := fp.Gate().Lift(r.Context(), body.Limit, body.Key); err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
 		io.WriteString(w, "lifted\n")
 	})))
-	admin.Handle("/", svc.AdminHandler(c.adminToken))
+	admin.Handle("/", svc.AdminHandler(token))
+	return admin
+}
 
+// serveProxy serves the proxy and its admin API until ctx ends or either
+// fails, serving the rules' reloads meanwhile, then drains both.
+func (c *proxyConfig) serveProxy(ctx context.Context, log *slog.Logger, fp *proxy.Proxy, admin http.Handler, loader *ruleLoader) error {
 	pl, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("proxy listener %s: %w", c.listen, err)
 	}
-	log.Info("listening", "api", "proxy", "addr", pl.Addr().String(), "upstream", up.Redacted())
+	log.Info("listening", "api", "proxy", "addr", pl.Addr().String(), "upstream", c.upstreamRedacted())
 	al, err := net.Listen("tcp", c.adminAddr)
 	if err != nil {
 		pl.Close()
@@ -258,14 +278,13 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if !isLoopback(c.adminAddr) {
 		log.Warn("the admin API listens beyond loopback over plain HTTP (proxy has no TLS for it): its bearer token crosses the network in the clear; keep it on a private network or behind a TLS terminator", "addr", al.Addr().String())
 	}
-	ps := fp.server()
 	as := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := ps.Serve(peerListener{pl}); err != nil {
+		if err := fp.Serve(pl); err != nil {
 			errc <- err
 		}
 	}()
@@ -279,27 +298,19 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	c.serveUntilStopped(ctx, log, loader, errc, "floodgate proxy serving")
 	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
 	defer cancel()
-	if err := ps.ShutdownWithContext(dctx); err != nil {
+	if err := fp.Shutdown(dctx); err != nil {
 		log.Warn("drain: requests still in flight", "err", err)
 	}
 	as.Shutdown(dctx)
 	wg.Wait()
-	fp.hc.CloseIdleConnections()
-	fp.gate.Load().Close()
-	for i := len(closeFns) - 1; i >= 0; i-- {
-		if err := closeFns[i](); err != nil {
-			log.Error("close", "err", err)
-		}
-	}
 	log.Info("stopped")
 	return nil
 }
 
-func trustedPeer(trusted []netip.Prefix, a netip.Addr) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
+// upstreamRedacted is --upstream without its password, for the log.
+func (c *proxyConfig) upstreamRedacted() string {
+	if u, err := url.Parse(c.upstream); err == nil {
+		return u.Redacted()
 	}
-	return false
+	return c.upstream
 }

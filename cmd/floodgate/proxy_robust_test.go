@@ -454,14 +454,6 @@ func TestProxyRefusesOnHeader(t *testing.T) {
 	}
 }
 
-// The gate runs in the server's HeaderReceived hook only where fasthttp
-// hands it the header of the handler's RequestCtx; this fasthttp does.
-func TestProxyHeaderCtx(t *testing.T) {
-	if !headerCtxWorks() {
-		t.Fatal("HeaderReceived's header is not its RequestCtx's: the gate would wait for the first 8 KiB of each body")
-	}
-}
-
 // The new flags read FLOODGATE_* and refuse what does not parse or is
 // negative.
 func TestProxyTimeoutFlags(t *testing.T) {

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/floodgate/floodgate/gate"
+)
+
+// reqView is the gate's view of a fasthttp request, recycled: Raw's
+// strings alias the request's bytes for the length of Check.
+type reqView struct {
+	ctx *fasthttp.RequestCtx
+	raw gate.RawHTTP
+}
+
+var reqViews = sync.Pool{New: func() any {
+	rv := new(reqView)
+	rv.raw.Header = rv.header
+	return rv
+}}
+
+// header returns a header's values, copied (the gate may keep them).
+func (rv *reqView) header(name string) []string {
+	vals := rv.ctx.Request.Header.PeekAll(name)
+	if len(vals) == 0 {
+		return nil
+	}
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = string(v)
+	}
+	return out
+}
+
+var verdicts = sync.Pool{New: func() any { return new(gate.Verdict) }}
+
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// serve limits one request and forwards it, or refuses it. The gate has
+// usually decided already, on the request's header (headerReceived).
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+	pc := peerOf(ctx)
+	pend := pc.pend
+	pc.pend = pendingVerdict{}
+	if !pend.set {
+		pend.v, pend.bad = p.decide(ctx, pc)
+	}
+	if pend.bad != nil {
+		pend.bad.answer(ctx)
+		return
+	}
+	v := pend.v
+	ambiguous := ambiguousFraming(&ctx.Request.Header)
+	if v.Allowed {
+		p.forward(ctx, pc, v)
+	} else {
+		p.refuse(ctx, v, pend.skipped)
+	}
+	if ambiguous {
+		ctx.SetConnectionClose() // after forward, whose upstream response replaced ours
+	}
+	verdicts.Put(v)
+	if !ctx.Hijacked() {
+		pc.awaitHeader() // the body has been read: what comes next is a header
+	}
+}
+
+// decide runs the gate on a request's header (waiting out a delay
+// action) and counts its verdict; or, for a request the proxy must not
+// forward (checkRequest), returns why, and no verdict.
+func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict, bad *badRequest) {
+	if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
+		return nil, bad
+	}
+	if len(ctx.Request.Header.Host()) == 0 {
+		// HTTP/1.0 may leave the Host out; the request goes on with the
+		// upstream's own, as nginx sends it.
+		ctx.Request.Header.SetHost(p.up.Host)
+	}
+	rv := reqViews.Get().(*reqView)
+	rv.ctx = ctx
+	rv.raw.Method = b2s(ctx.Method())
+	rv.raw.Host = b2s(ctx.Host())
+	rv.raw.Path = b2s(ctx.Path())
+	rv.raw.RawQuery = b2s(ctx.URI().QueryString())
+	req := gate.Request{Raw: &rv.raw, Peer: pc.addr, Ctx: &pc.gctx}
+	v = verdicts.Get().(*gate.Verdict)
+	p.gate.Load().Check(&req, v)
+	rv.ctx, rv.raw.Method, rv.raw.Host, rv.raw.Path, rv.raw.RawQuery = nil, "", "", "", ""
+	reqViews.Put(rv)
+	p.observe(v)
+	if v.Err == errClientGone {
+		p.clientErrs[reasonGoneWhileDelayed].Inc()
+	}
+	return v, nil
+}
+
+// headerReceived is the server's HeaderReceived hook: it runs the gate as
+// soon as a request's header is read, before fasthttp reads the first
+// 8 KiB of its body (StreamRequestBody) or answers its
+// "Expect: 100-continue". A refused request is made bodiless for fasthttp
+// (no Content-Length, Transfer-Encoding or Expect), so that the handler
+// runs at once and answers it without a 100 Continue, the connection
+// closing after the refusal since its body is still on the wire. An
+// allowed request's body is read under --client-body-timeout from here
+// on (a 100 Continue follows the gate's delay, if any).
+//
+// fasthttp's ContinueHandler cannot do this: it sees only the header, and
+// refusing there answers 417 Expectation Failed, not the limit's status.
+func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	ctx := ctxOfHeader(h)
+	pc, ok := ctx.Conn().(*peerConn)
+	if !ok {
+		return fasthttp.RequestConfig{} // the handler decides
+	}
+	if pc.header != headerUnchecked {
+		pc.header = headerRead // what Read reads now is the body's
+	}
+	v, bad := p.decide(ctx, pc)
+	pc.pend = pendingVerdict{set: true, v: v, bad: bad}
+	hasBody := h.ContentLength() > 0 || h.ContentLength() == -1 // -1: chunked
+	if bad != nil || !v.Allowed {
+		if hasBody {
+			h.SetContentLength(0) // and no Transfer-Encoding
+			pc.pend.skipped = true
+		}
+		h.Del("Expect")
+		return fasthttp.RequestConfig{}
+	}
+	if hasBody {
+		pc.setReadDeadlineNow(p.timeouts.body)
+	}
+	return fasthttp.RequestConfig{}
+}
+
+// requestError is the server's ErrorHandler: fasthttp's own answers (431,
+// 408, 400) to a request it could not read; a request the gate had
+// decided on its header failed in its body, the client's doing, and is
+// counted so.
+func (p *Proxy) requestError(ctx *fasthttp.RequestCtx, err error) {
+	pc, _ := ctx.Conn().(*peerConn)
+	if pc != nil {
+		defer pc.awaitHeader()
+	}
+	if bad, ok := errors.AsType[*badRequest](err); ok {
+		bad.answer(ctx) // a bare LF (peerConn.Read)
+		return
+	}
+	if pc != nil && pc.pend.set {
+		if pc.pend.v != nil {
+			verdicts.Put(pc.pend.v)
+		}
+		pc.pend = pendingVerdict{}
+		reason := bodyErrReason(err)
+		p.clientErrs[reason].Inc()
+		if reason == reasonBodyTimeout {
+			ctx.Error("Request timeout", fasthttp.StatusRequestTimeout)
+			return
+		}
+	}
+	// as fasthttp's defaultErrorHandler
+	if _, ok := err.(*fasthttp.ErrSmallBuffer); ok {
+		ctx.Error("Too big request header", fasthttp.StatusRequestHeaderFieldsTooLarge)
+	} else if netErr, ok := err.(*net.OpError); ok && netErr.Timeout() {
+		ctx.Error("Request timeout", fasthttp.StatusRequestTimeout)
+	} else {
+		ctx.Error("Error when parsing request", fasthttp.StatusBadRequest)
+	}
+}
