@@ -158,77 +158,96 @@ func (r Rule) defaultName() string {
 	return fmt.Sprintf("%d/%s", r.Limit, r.Period)
 }
 
-// compile validates r and returns its algorithm parameters.
+// compile validates r and returns its algorithm parameters, phase by
+// phase: numbers, algorithm, window, mode, failure mode, then the
+// algorithm's own checks. The first error names the field.
 func (r Rule) compile(name string) (algo.Params, error) {
-	bad := func(field, msg string) (algo.Params, error) {
-		return algo.Params{}, &RuleError{Rule: name, Field: field, Msg: msg}
-	}
 	p := algo.Params{Limit: r.Limit, Burst: r.Burst, CountRejected: r.CountRejected}
+	for _, phase := range []func(*algo.Params) (field, msg string){
+		r.compileNumbers, r.compileAlgorithm, r.compileWindow, r.compileMode, r.compileFailure,
+	} {
+		if field, msg := phase(&p); field != "" {
+			return algo.Params{}, &RuleError{Rule: name, Field: field, Msg: msg}
+		}
+	}
+	if msg := p.Prepare(); msg != "" {
+		field, text, _ := strings.Cut(msg, ": ")
+		return algo.Params{}, &RuleError{Rule: name, Field: field, Msg: text}
+	}
+	return p, nil
+}
+
+func (r Rule) compileNumbers(*algo.Params) (field, msg string) {
 	if r.Limit <= 0 {
-		return bad("limit", fmt.Sprintf("must be positive, got %d", r.Limit))
+		return "limit", fmt.Sprintf("must be positive, got %d", r.Limit)
 	}
 	if r.Burst < 0 {
-		return bad("burst", fmt.Sprintf("must not be negative, got %d", r.Burst))
+		return "burst", fmt.Sprintf("must not be negative, got %d", r.Burst)
 	}
-	switch r.Algorithm {
-	case TokenBucket, "":
-		p.Kind = algo.TokenBucket
-		switch r.Refill {
-		case RefillContinuous, "":
-		case RefillInterval:
-			p.Kind = algo.TokenBucketInterval
-		default:
-			return bad("refill", fmt.Sprintf("unknown refill %q (want continuous or interval)", r.Refill))
+	return "", ""
+}
+
+// kinds maps each algorithm to its kind in internal/algo ("" is TokenBucket).
+var kinds = map[Algorithm]algo.Kind{
+	"": algo.TokenBucket, TokenBucket: algo.TokenBucket, LeakyBucket: algo.LeakyMeter,
+	LeakyBucketShaper: algo.LeakyShaper, GCRA: algo.GCRA, FixedWindow: algo.FixedWindow,
+	SlidingLog: algo.SlidingLog, SlidingWindow: algo.SlidingCounter, SlidingSubwindow: algo.SlidingSubwindow,
+}
+
+func (r Rule) compileAlgorithm(p *algo.Params) (field, msg string) {
+	k, ok := kinds[r.Algorithm]
+	if !ok {
+		return "algorithm", fmt.Sprintf("unknown algorithm %q", r.Algorithm)
+	}
+	p.Kind = k
+	switch {
+	case r.Refill == "" || r.Refill == RefillContinuous && k == algo.TokenBucket:
+	case r.Refill == RefillInterval && k == algo.TokenBucket:
+		p.Kind = algo.TokenBucketInterval
+	case k == algo.TokenBucket:
+		return "refill", fmt.Sprintf("unknown refill %q (want continuous or interval)", r.Refill)
+	default:
+		return "refill", "only token_bucket has a refill style"
+	}
+	return "", ""
+}
+
+// calendars are the calendar windows, each with its longest period.
+var calendars = map[Calendar]struct {
+	cal    algo.CalUnit
+	period time.Duration
+}{
+	CalendarDay: {algo.CalDay, 24 * time.Hour}, CalendarWeek: {algo.CalWeek, 7 * 24 * time.Hour}, CalendarMonth: {algo.CalMonth, 31 * 24 * time.Hour},
+}
+
+func (r Rule) compileWindow(p *algo.Params) (field, msg string) {
+	if r.Calendar != "" {
+		c, ok := calendars[r.Calendar]
+		if !ok {
+			return "calendar", fmt.Sprintf("unknown calendar %q (want day, week or month)", r.Calendar)
 		}
-	case LeakyBucket:
-		p.Kind = algo.LeakyMeter
-	case LeakyBucketShaper:
-		p.Kind = algo.LeakyShaper
-	case GCRA:
-		p.Kind = algo.GCRA
-	case FixedWindow:
-		p.Kind = algo.FixedWindow
-	case SlidingLog:
-		p.Kind = algo.SlidingLog
-	case SlidingWindow:
-		p.Kind = algo.SlidingCounter
-	case SlidingSubwindow:
-		p.Kind = algo.SlidingSubwindow
-	default:
-		return bad("algorithm", fmt.Sprintf("unknown algorithm %q", r.Algorithm))
-	}
-	if r.Refill != "" && r.Algorithm != TokenBucket && r.Algorithm != "" {
-		return bad("refill", "only token_bucket has a refill style")
-	}
-	switch r.Calendar {
-	case "":
-	case CalendarDay:
-		p.Cal, p.Period = algo.CalDay, (24 * time.Hour).Microseconds()
-	case CalendarWeek:
-		p.Cal, p.Period = algo.CalWeek, (7 * 24 * time.Hour).Microseconds()
-	case CalendarMonth:
-		p.Cal, p.Period = algo.CalMonth, (31 * 24 * time.Hour).Microseconds()
-	default:
-		return bad("calendar", fmt.Sprintf("unknown calendar %q (want day, week or month)", r.Calendar))
-	}
-	if r.Calendar != "" && r.Algorithm != FixedWindow {
-		return bad("calendar", "only fixed_window windows follow the calendar")
-	}
-	if p.Cal == algo.CalNone {
+		if r.Algorithm != FixedWindow {
+			return "calendar", "only fixed_window windows follow the calendar"
+		}
+		p.Cal, p.Period = c.cal, c.period.Microseconds()
+	} else {
 		if r.Period < time.Microsecond {
-			return bad("period", fmt.Sprintf("must be at least 1µs, got %s", r.Period))
+			return "period", fmt.Sprintf("must be at least 1µs, got %s", r.Period)
 		}
 		if r.Period%time.Microsecond != 0 {
-			return bad("period", fmt.Sprintf("must be a whole number of microseconds, got %s", r.Period))
+			return "period", fmt.Sprintf("must be a whole number of microseconds, got %s", r.Period)
 		}
 		p.Period = r.Period.Microseconds()
 	}
 	p.Loc, p.WeekDay0 = r.Location, r.WeekStart
 	if r.Granularity < 0 || r.Granularity%time.Microsecond != 0 {
-		return bad("granularity", fmt.Sprintf("must be a positive whole number of microseconds, got %s", r.Granularity))
+		return "granularity", fmt.Sprintf("must be a positive whole number of microseconds, got %s", r.Granularity)
 	}
 	p.Gran = r.Granularity.Microseconds()
+	return "", ""
+}
 
+func (r Rule) compileMode(p *algo.Params) (field, msg string) {
 	burst := r.Burst
 	if burst == 0 {
 		burst = r.Limit
@@ -236,42 +255,39 @@ func (r Rule) compile(name string) (algo.Params, error) {
 	switch r.Mode {
 	case Hard, "":
 		if r.SoftPercent != 0 || r.ElasticCeiling != 0 || r.Spare != nil {
-			return bad("mode", "soft_percent, elastic_ceiling and spare need mode soft or elastic")
+			return "mode", "soft_percent, elastic_ceiling and spare need mode soft or elastic"
 		}
 	case Soft:
 		if r.SoftPercent <= 0 || r.SoftPercent > 10000 {
-			return bad("soft_percent", fmt.Sprintf("must be between 1 and 10000, got %d", r.SoftPercent))
+			return "soft_percent", fmt.Sprintf("must be between 1 and 10000, got %d", r.SoftPercent)
 		}
-		p.Soft = burst + burst*r.SoftPercent/100
-		if p.Soft == burst {
-			p.Soft = burst + 1
-		}
+		p.Soft = max(burst+burst*r.SoftPercent/100, burst+1)
 	case Elastic:
 		if r.ElasticCeiling <= burst {
-			return bad("elastic_ceiling", fmt.Sprintf("must exceed the limit (%d), got %d", burst, r.ElasticCeiling))
+			return "elastic_ceiling", fmt.Sprintf("must exceed the limit (%d), got %d", burst, r.ElasticCeiling)
 		}
 		if r.Spare == nil {
-			return bad("spare", "elastic mode needs a spare-capacity signal")
+			return "spare", "elastic mode needs a spare-capacity signal"
 		}
 		p.Elastic = r.ElasticCeiling
 	default:
-		return bad("mode", fmt.Sprintf("unknown mode %q (want hard, soft or elastic)", r.Mode))
+		return "mode", fmt.Sprintf("unknown mode %q (want hard, soft or elastic)", r.Mode)
 	}
+	return "", ""
+}
+
+func (r Rule) compileFailure(*algo.Params) (field, msg string) {
 	switch r.OnStoreFailure {
 	case FailOpen, FailClosed, "":
 		if r.LocalPercent != 0 {
-			return bad("local_percent", "needs on_store_failure local")
+			return "local_percent", "needs on_store_failure local"
 		}
 	case FailLocal:
 		if r.LocalPercent < 1 || r.LocalPercent > 100 {
-			return bad("local_percent", fmt.Sprintf("must be between 1 and 100, got %d", r.LocalPercent))
+			return "local_percent", fmt.Sprintf("must be between 1 and 100, got %d", r.LocalPercent)
 		}
 	default:
-		return bad("on_store_failure", fmt.Sprintf("unknown failure mode %q (want open, closed or local)", r.OnStoreFailure))
+		return "on_store_failure", fmt.Sprintf("unknown failure mode %q (want open, closed or local)", r.OnStoreFailure)
 	}
-	if msg := p.Prepare(); msg != "" {
-		field, text, _ := strings.Cut(msg, ": ")
-		return bad(field, text)
-	}
-	return p, nil
+	return "", ""
 }
