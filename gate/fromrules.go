@@ -26,60 +26,74 @@ func FromRules(cfg *rules.Config) ([]Limit, error) {
 				return nil, fmt.Errorf("%s:%d: http route %s of domain %q is named %q, as route %s at %s:%d is: rename one", rt.File, rt.Line, rt.Name, d.Name, name, o.route, o.file, o.line)
 			}
 			named[name] = place{rt.Name, rt.File, rt.Line}
-			l := Limit{
-				Name:           name,
-				Domain:         d.Name,
-				Match:          Match{Hosts: rt.Hosts, PathPrefix: rt.PathPrefix, Path: rt.Path, Methods: rt.Methods},
-				Cost:           rt.Cost,
-				Status:         rt.Status,
-				MaxDelay:       rt.MaxDelay,
-				Redirect:       rt.Redirect,
-				RedirectStatus: rt.RedirectStatus,
-				Ban:            BanRule{Threshold: rt.Ban.Threshold, Interval: rt.Ban.Interval, Duration: rt.Ban.Duration},
-				ExemptNets:     rt.ExemptCIDRs,
-			}
-			a, err := ParseAction(rt.Action)
-			if rt.Action == "" {
-				a, err = Deny, nil
-			}
+			l, ok, err := routeLimit(d.Name, name, rt)
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: http route %s: %w", rt.File, rt.Line, rt.Name, err)
 			}
-			l.Action = a
-			if rt.Limit != nil {
-				switch {
-				case rt.Limit.Unlimited:
-					continue
-				case rt.Limit.Blocked:
-					l.Blocked, l.blockedPolicy = true, rt.Limit.Policy
-				default:
-					l.Policy = rt.Limit.Policy
-				}
-				if rt.Limit.ShadowMode {
-					l.Action = Shadow
-				}
+			if ok {
+				out = append(out, l)
 			}
-			for _, kp := range rt.Key {
-				p := Part{Name: kp.Name, Entry: kp.Entry}
-				kind, ok := partKind(kp.Kind)
-				if !ok || kind == PartAll || kind == PartRoute || kind == PartUser {
-					return nil, fmt.Errorf("%s:%d: http route %s: unknown key part %q", rt.File, rt.Line, rt.Name, kp.Kind)
-				}
-				p.Kind = kind
-				switch kp.Missing {
-				case "", "ip":
-					p.Missing = MissingIP
-				case "shared":
-					p.Missing = MissingShared
-				case "skip":
-					p.Missing = MissingSkip
-				}
-				l.Key = append(l.Key, p)
-			}
-			out = append(out, l)
 		}
 	}
 	return out, nil
+}
+
+// routeLimit is the limit of route rt of domain, named name; false for
+// an unlimited route, which limits nothing.
+func routeLimit(domain, name string, rt *rules.HTTPRoute) (Limit, bool, error) {
+	l := Limit{
+		Name:           name,
+		Domain:         domain,
+		Match:          Match{Hosts: rt.Hosts, PathPrefix: rt.PathPrefix, Path: rt.Path, Methods: rt.Methods},
+		Cost:           rt.Cost,
+		Status:         rt.Status,
+		MaxDelay:       rt.MaxDelay,
+		Redirect:       rt.Redirect,
+		RedirectStatus: rt.RedirectStatus,
+		Ban:            BanRule{Threshold: rt.Ban.Threshold, Interval: rt.Ban.Interval, Duration: rt.Ban.Duration},
+		ExemptNets:     rt.ExemptCIDRs,
+		Action:         Deny,
+	}
+	if rt.Action != "" {
+		a, err := ParseAction(rt.Action)
+		if err != nil {
+			return Limit{}, false, err
+		}
+		l.Action = a
+	}
+	if rt.Limit != nil {
+		switch {
+		case rt.Limit.Unlimited:
+			return Limit{}, false, nil
+		case rt.Limit.Blocked:
+			l.Blocked, l.blockedPolicy = true, rt.Limit.Policy
+		default:
+			l.Policy = rt.Limit.Policy
+		}
+		if rt.Limit.ShadowMode {
+			l.Action = Shadow
+		}
+	}
+	for _, kp := range rt.Key {
+		p, err := routePart(kp)
+		if err != nil {
+			return Limit{}, false, err
+		}
+		l.Key = append(l.Key, p)
+	}
+	return l, true, nil
+}
+
+// missings reads a key part's missing: (default ip).
+var missings = map[string]Missing{"": MissingIP, "ip": MissingIP, "shared": MissingShared, "skip": MissingSkip}
+
+// routePart is the key part kp of a route.
+func routePart(kp rules.HTTPKeyPart) (Part, error) {
+	kind, ok := partKind(kp.Kind)
+	if !ok || kind == PartAll || kind == PartRoute || kind == PartUser {
+		return Part{}, fmt.Errorf("unknown key part %q", kp.Kind)
+	}
+	return Part{Kind: kind, Name: kp.Name, Entry: kp.Entry, Missing: missings[kp.Missing]}, nil
 }
 
 // partKind reads a key part's kind by its name (PartKind.String).
