@@ -87,20 +87,7 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		}
 		return
 	}
-	name, remaining, limit := o.name, d.Remaining, d.Limit
-	switch {
-	case o.Banned && o.l.banThresh != nil:
-		// The ban refused: its quota is spent, whatever the limit's.
-		name = sfName(o.l.Name + "/ban") // Decision has the ban's numbers (applyBan)
-	case o.ruleLm != nil && o.policy != nil && len(o.policy.Rules()) > 1:
-		name = sfName(d.Rule) // each rule is named in RateLimit-Policy, as the service names it
-	}
-	if name == "" {
-		name = o.l.ruleNames[d.Rule]
-		if name == "" {
-			name = o.l.sfName
-		}
-	}
+	name, remaining, limit := o.limitName(), d.Remaining, d.Limit
 	set(HeaderRateLimit, limitValue(name, remaining, reset))
 	if !v.Allowed {
 		set(HeaderRetryAfter, intValue(max(secs, 1)))
@@ -110,6 +97,24 @@ func Headers(v *Verdict, legacy bool, set func(key string, vals []string)) {
 		set(HeaderRemaining, intValue(max(remaining, 0)))
 		set(HeaderReset, intValue(secs))
 	}
+}
+
+// limitName is the name the RateLimit field gives o's deciding rule.
+func (o *Outcome) limitName() string {
+	d := &o.Decision
+	switch {
+	case o.Banned && o.l.banThresh != nil:
+		// The ban refused: its quota is spent, whatever the limit's
+		// (Decision has the ban's numbers: applyBan).
+		return sfName(o.l.Name + "/ban")
+	case o.ruleLm != nil && o.policy != nil && len(o.policy.Rules()) > 1:
+		return sfName(d.Rule) // each rule is named in RateLimit-Policy, as the service names it
+	case o.name != "":
+		return o.name
+	case o.l.ruleNames[d.Rule] != "":
+		return o.l.ruleNames[d.Rule]
+	}
+	return o.l.sfName
 }
 
 // maxPolicyItems bounds RateLimit-Policy's items: a request matching
