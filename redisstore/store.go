@@ -185,32 +185,9 @@ func New(rawURL string, opts Options) (*Store, error) {
 // SentinelOption.TopologyRefreshInterval so that the client catches a
 // +switch-master it missed (New sets a second).
 func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
-	if opts.Prefix == "" {
-		opts.Prefix = "floodgate"
-	}
-	if strings.ContainsAny(opts.Prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q: must not contain '{' or '}'", opts.Prefix)
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 50 * time.Millisecond
-	}
-	if opts.BreakerThreshold <= 0 {
-		opts.BreakerThreshold = 3
-	}
-	if opts.BreakerCooldown <= 0 {
-		opts.BreakerCooldown = 500 * time.Millisecond
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 64
-	}
-	if opts.Batches <= 0 {
-		opts.Batches = 2
-	}
-	if opts.LocalKeys <= 0 {
-		opts.LocalKeys = 1 << 16
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
 		moveScript: rueidis.NewLuaScript(MoveScript())}
@@ -221,14 +198,7 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
 	}
 	s.scriptMode.Store(opts.NoFunctions)
-	n := 1
-	if c.Mode() == rueidis.ClientModeCluster {
-		n = clusterSlots / clusterBreakerSlots
-	}
-	s.brks = make([]breaker, n)
-	for i := range s.brks {
-		s.brks[i].threshold, s.brks[i].cooldown = opts.BreakerThreshold, opts.BreakerCooldown
-	}
+	s.brks = newBreakers(c.Mode(), opts)
 	if c.Mode() == rueidis.ClientModeSentinel {
 		s.follow = newFollower(c, s.switched)
 	}
@@ -245,6 +215,52 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	s.local = newLocalSync(s, fb, opts.LocalKeys)
 	fb.ls = s.local
 	return s, nil
+}
+
+// withDefaults returns o with its defaults set, or what is wrong with it.
+func (o Options) withDefaults() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = "floodgate"
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return o, fmt.Errorf("redisstore: prefix %q: must not contain '{' or '}'", o.Prefix)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.BreakerThreshold <= 0 {
+		o.BreakerThreshold = 3
+	}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = 500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 64
+	}
+	if o.Batches <= 0 {
+		o.Batches = 2
+	}
+	if o.LocalKeys <= 0 {
+		o.LocalKeys = 1 << 16
+	}
+	return o, nil
+}
+
+// newBreakers returns a store's breakers: one for a standalone Redis or a
+// Sentinel's master, one per clusterBreakerSlots hash slots in a Cluster.
+func newBreakers(mode rueidis.ClientMode, opts Options) []breaker {
+	n := 1
+	if mode == rueidis.ClientModeCluster {
+		n = clusterSlots / clusterBreakerSlots
+	}
+	brks := make([]breaker, n)
+	for i := range brks {
+		brks[i].threshold, brks[i].cooldown = opts.BreakerThreshold, opts.BreakerCooldown
+	}
+	return brks
 }
 
 // Close closes the store's connections (when New opened them).
