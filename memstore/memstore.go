@@ -136,27 +136,7 @@ type Store struct {
 // its keys are restored; a snapshot that cannot be read is an error, as is
 // a directory where none can be written.
 func New(opts Options) (*Store, error) {
-	if opts.MaxKeys <= 0 {
-		opts.MaxKeys = 1 << 22
-	}
-	if opts.MaxMemory <= 0 {
-		opts.MaxMemory = 1 << 30
-	}
-	if opts.Shards <= 0 {
-		opts.Shards = max(64, 8*runtime.GOMAXPROCS(0))
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = time.Minute
-	}
-	if opts.SnapshotInterval <= 0 {
-		opts.SnapshotInterval = time.Minute
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Coarse
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts = opts.withDefaults()
 	s := &Store{
 		opts:   opts,
 		byName: map[string]*table{},
@@ -173,31 +153,9 @@ func New(opts Options) (*Store, error) {
 		return nil, errors.New("memstore: a journal needs a snapshot (JournalPath without SnapshotPath)")
 	}
 	if opts.SnapshotPath != "" {
-		// The tables are filled now (readSnapshot), not at each policy's
-		// first decision: that held the store's lock (every policy's
-		// first decision) for seconds after a restart with millions of
-		// keys, and callers with a deadline (Envoy's 20 ms) failed
-		// meanwhile.
-		keyed, from, err := s.restore(opts.SnapshotPath)
-		if err != nil {
+		if err := s.openFiles(); err != nil {
 			return nil, err
 		}
-		if opts.JournalPath != "" {
-			if s.jr, err = s.openJournal(opts.JournalPath, keyed, from); err != nil {
-				return nil, err
-			}
-		}
-		// a snapshot that cannot be written is said now, not at Close,
-		// when the state it was to keep is already lost
-		f, err := os.CreateTemp(filepath.Dir(opts.SnapshotPath), ".floodgate-snapshot-*")
-		if err != nil {
-			if s.jr != nil {
-				s.jr.close()
-			}
-			return nil, fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", opts.SnapshotPath, err)
-		}
-		f.Close()
-		os.Remove(f.Name())
 	}
 	if opts.SweepInterval > 0 || opts.SnapshotPath != "" {
 		s.wg.Add(1)
@@ -205,6 +163,62 @@ func New(opts Options) (*Store, error) {
 	}
 	s.startJournal()
 	return s, nil
+}
+
+// withDefaults returns o with its defaults set.
+func (o Options) withDefaults() Options {
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = 1 << 22
+	}
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = 1 << 30
+	}
+	if o.Shards <= 0 {
+		o.Shards = max(64, 8*runtime.GOMAXPROCS(0))
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = time.Minute
+	}
+	if o.SnapshotInterval <= 0 {
+		o.SnapshotInterval = time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Coarse
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// openFiles restores the store's snapshot and replays its journal, and makes
+// sure a snapshot can be written beside it: a snapshot that cannot be
+// written is said now, not at Close, when the state it was to keep is
+// already lost.
+func (s *Store) openFiles() error {
+	// The tables are filled now (readSnapshot), not at each policy's
+	// first decision: that held the store's lock (every policy's first
+	// decision) for seconds after a restart with millions of keys, and
+	// callers with a deadline (Envoy's 20 ms) failed meanwhile.
+	keyed, from, err := s.restore(s.opts.SnapshotPath)
+	if err != nil {
+		return err
+	}
+	if s.opts.JournalPath != "" {
+		if s.jr, err = s.openJournal(s.opts.JournalPath, keyed, from); err != nil {
+			return err
+		}
+	}
+	f, err := os.CreateTemp(filepath.Dir(s.opts.SnapshotPath), ".floodgate-snapshot-*")
+	if err != nil {
+		if s.jr != nil {
+			s.jr.close()
+		}
+		return fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", s.opts.SnapshotPath, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
 }
 
 // MustNew is New for options known to be good, with no snapshot to read.
