@@ -611,6 +611,35 @@ type replayed struct {
 // the store's hash key is known (from the snapshot or a segment before);
 // if not, the segment's is taken.
 func (s *Store) replay(r io.Reader, keyed *bool, now int64) (rep replayed) {
+	rep, ok := s.replayHead(r, keyed)
+	if !ok {
+		return rep
+	}
+	pols := map[uint32]*floodgate.Policy{}
+	var body []byte
+	var state []int64
+	for {
+		var bad string
+		var end bool
+		body, bad, end = readRecord(r, body)
+		if end {
+			return rep
+		}
+		if bad == "" {
+			bad = s.replayRecord(body, pols, &state, now)
+		}
+		if bad != "" {
+			rep.bad = bad
+			return rep
+		}
+		rep.n++
+		rep.off += 8 + int64(len(body))
+	}
+}
+
+// replayHead reads a segment's header, taking its hash key when the store
+// has none yet (keyed). False: the segment ends there, rep says why.
+func (s *Store) replayHead(r io.Reader, keyed *bool) (rep replayed, ok bool) {
 	le := binary.LittleEndian
 	head := make([]byte, journalHeaderLen)
 	if n, err := io.ReadFull(r, head); err != nil {
@@ -618,15 +647,15 @@ func (s *Store) replay(r io.Reader, keyed *bool, now int64) (rep replayed) {
 		if n == 0 {
 			rep.bad = "" // created, nothing written: nothing lost
 		}
-		return rep
+		return rep, false
 	}
 	if string(head[:len(journalMagic)]) != journalMagic {
 		rep.bad = "not a floodgate journal segment (or another version)"
-		return rep
+		return rep, false
 	}
 	if crc32.Checksum(head[:journalHeaderLen-4], crcTable) != le.Uint32(head[journalHeaderLen-4:]) {
 		rep.bad = "the segment header's checksum does not match"
-		return rep
+		return rep, false
 	}
 	k0, k1 := le.Uint64(head[len(journalMagic):]), le.Uint64(head[len(journalMagic)+8:])
 	switch {
@@ -634,46 +663,40 @@ func (s *Store) replay(r io.Reader, keyed *bool, now int64) (rep replayed) {
 		s.k0, s.k1, *keyed = k0, k1, true
 	case k0 != s.k0 || k1 != s.k1:
 		rep.err = errors.New("the segment was written under another hash key than the snapshot's (a journal from another store?): move it away to start from the snapshot alone")
-		return rep
+		return rep, false
 	}
 	rep.off = int64(journalHeaderLen)
-	pols := map[uint32]*floodgate.Policy{}
+	return rep, true
+}
+
+// readRecord reads the next record's body into buf (grown as needed) and
+// returns it, or what is wrong with it (a torn or damaged record), or end
+// at the segment's clean end.
+func readRecord(r io.Reader, buf []byte) (body []byte, bad string, end bool) {
+	le := binary.LittleEndian
 	var lb [8]byte
-	var body []byte
-	var state []int64
-	for {
-		n, err := io.ReadFull(r, lb[:])
-		if err == io.EOF {
-			return rep
-		}
-		if err != nil {
-			rep.bad = fmt.Sprintf("a torn record: %d bytes of its 8-byte head", n)
-			return rep
-		}
-		size := le.Uint32(lb[:])
-		if size < 1 || size > maxRecord {
-			rep.bad = fmt.Sprintf("a record of %d bytes", size)
-			return rep
-		}
-		if cap(body) < int(size) {
-			body = make([]byte, size)
-		}
-		body = body[:size]
-		if n, err := io.ReadFull(r, body); err != nil {
-			rep.bad = fmt.Sprintf("a torn record: %d of its %d bytes", n, size)
-			return rep
-		}
-		if crc32.Checksum(body, crcTable) != le.Uint32(lb[4:]) {
-			rep.bad = "a record whose checksum does not match"
-			return rep
-		}
-		if bad := s.replayRecord(body, pols, &state, now); bad != "" {
-			rep.bad = bad
-			return rep
-		}
-		rep.n++
-		rep.off += 8 + int64(size)
+	n, err := io.ReadFull(r, lb[:])
+	if err == io.EOF {
+		return buf, "", true
 	}
+	if err != nil {
+		return buf, fmt.Sprintf("a torn record: %d bytes of its 8-byte head", n), false
+	}
+	size := le.Uint32(lb[:])
+	if size < 1 || size > maxRecord {
+		return buf, fmt.Sprintf("a record of %d bytes", size), false
+	}
+	if cap(buf) < int(size) {
+		buf = make([]byte, size)
+	}
+	body = buf[:size]
+	if n, err := io.ReadFull(r, body); err != nil {
+		return body, fmt.Sprintf("a torn record: %d of its %d bytes", n, size), false
+	}
+	if crc32.Checksum(body, crcTable) != le.Uint32(lb[4:]) {
+		return body, "a record whose checksum does not match", false
+	}
+	return body, "", false
 }
 
 // replayRecord applies one whole record, or says what is wrong with it.
