@@ -701,57 +701,70 @@ func readRecord(r io.Reader, buf []byte) (body []byte, bad string, end bool) {
 
 // replayRecord applies one whole record, or says what is wrong with it.
 func (s *Store) replayRecord(body []byte, pols map[uint32]*floodgate.Policy, state *[]int64, now int64) string {
-	le := binary.LittleEndian
 	switch body[0] {
 	case recPolicy:
-		if len(body) < 9 {
-			return "a policy record cut short"
-		}
-		id, w := le.Uint32(body[1:]), le.Uint32(body[5:])
-		var h snapHeader
-		if err := json.Unmarshal(body[9:], &h); err != nil {
-			return fmt.Sprintf("a policy record: %v", err)
-		}
-		p, err := h.policy()
-		if err != nil {
-			return fmt.Sprintf("a policy record (policy %q): %v", h.Policy, err)
-		}
-		if int(w) != 1+storekit.Width(p) && int(w) != 1+compiledOf(p).LegacyWidth() {
-			return fmt.Sprintf("a policy record (policy %q): %d words per key, want %d", h.Policy, w, 1+storekit.Width(p))
-		}
-		pols[id] = p
-		return ""
+		return replayPolicy(body, pols)
 	case recKey:
-		if len(body) < 13 {
-			return "a key record cut short"
-		}
-		p := pols[le.Uint32(body[1:])]
-		if p == nil {
-			return fmt.Sprintf("a key record under policy id %d, not declared before it", le.Uint32(body[1:]))
-		}
-		h, w, legacy := le.Uint64(body[5:]), storekit.Width(p), compiledOf(p).LegacyWidth()
-		if h == 0 || len(body) != 13+8*w && len(body) != 13+8*legacy {
-			return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*w)
-		}
-		n := (len(body) - 13) / 8
-		st := slices.Grow((*state)[:0], w+n)[:w+n]
-		*state = st
-		for i := range n {
-			st[w+i] = int64(le.Uint64(body[13+8*i:]))
-		}
-		if n == w {
-			copy(st, st[w:])
-		} else { // written before a sliding log counting rejections kept one more entry
-			compiledOf(p).Widen(st[w:], st[:w])
-		}
-		st = st[:w]
-		if !storekit.Valid(p, st) {
-			return fmt.Sprintf("a key record of policy %q: a state no rule of the policy could have written", p.Name())
-		}
-		s.replayKey(p, h, st, now)
-		return ""
+		return s.replayKeyRecord(body, pols, state, now)
 	}
 	return fmt.Sprintf("a record of unknown type %q", body[0])
+}
+
+// replayPolicy declares a policy record's policy under its id in pols.
+func replayPolicy(body []byte, pols map[uint32]*floodgate.Policy) string {
+	le := binary.LittleEndian
+	if len(body) < 9 {
+		return "a policy record cut short"
+	}
+	id, w := le.Uint32(body[1:]), le.Uint32(body[5:])
+	var h snapHeader
+	if err := json.Unmarshal(body[9:], &h); err != nil {
+		return fmt.Sprintf("a policy record: %v", err)
+	}
+	p, err := h.policy()
+	if err != nil {
+		return fmt.Sprintf("a policy record (policy %q): %v", h.Policy, err)
+	}
+	if int(w) != 1+storekit.Width(p) && int(w) != 1+compiledOf(p).LegacyWidth() {
+		return fmt.Sprintf("a policy record (policy %q): %d words per key, want %d", h.Policy, w, 1+storekit.Width(p))
+	}
+	pols[id] = p
+	return ""
+}
+
+// replayKeyRecord sets a key record's key to its state, read into *state
+// (widened if it was written before a sliding log counting rejections
+// kept one more entry).
+func (s *Store) replayKeyRecord(body []byte, pols map[uint32]*floodgate.Policy, state *[]int64, now int64) string {
+	le := binary.LittleEndian
+	if len(body) < 13 {
+		return "a key record cut short"
+	}
+	p := pols[le.Uint32(body[1:])]
+	if p == nil {
+		return fmt.Sprintf("a key record under policy id %d, not declared before it", le.Uint32(body[1:]))
+	}
+	h, w, legacy := le.Uint64(body[5:]), storekit.Width(p), compiledOf(p).LegacyWidth()
+	if h == 0 || len(body) != 13+8*w && len(body) != 13+8*legacy {
+		return fmt.Sprintf("a key record of policy %q with %d bytes of state, want %d", p.Name(), len(body)-13, 8*w)
+	}
+	n := (len(body) - 13) / 8
+	st := slices.Grow((*state)[:0], w+n)[:w+n]
+	*state = st
+	for i := range n {
+		st[w+i] = int64(le.Uint64(body[13+8*i:]))
+	}
+	if n == w {
+		copy(st, st[w:])
+	} else { // written before a sliding log counting rejections kept one more entry
+		compiledOf(p).Widen(st[w:], st[:w])
+	}
+	st = st[:w]
+	if !storekit.Valid(p, st) {
+		return fmt.Sprintf("a key record of policy %q: a state no rule of the policy could have written", p.Name())
+	}
+	s.replayKey(p, h, st, now)
+	return ""
 }
 
 // replayKey sets key h of policy p to state (fresh: drops the key). A
