@@ -71,54 +71,69 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		return nil
 	}
 	lib := Library()
-	var firstErr, readonly, denied error
-	loaded := 0
+	var l libLoad
 	for addr, n := range s.client.Nodes() {
-		err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(lib).Build()).Error()
-		if e, ok := rueidis.IsRedisErr(err); ok {
-			switch {
-			case strings.Contains(e.Error(), "unknown command"):
-				s.scriptMode.Store(true)
-				s.opts.Logger.Warn("redisstore: Redis has no functions (before 7.0); using EVALSHA")
-				return nil
-			case strings.Contains(e.Error(), "READONLY"):
-				// a replica: it gets the library from its master
-				if readonly == nil {
-					readonly = fmt.Errorf("redisstore: %s is a replica (%w): decisions write, so point the store at the master, or use redis-sentinel:// or redis-cluster:// to follow it", addr, err)
-				}
-				continue
-			case strings.HasPrefix(e.Error(), "NOPERM"):
-				// the store's user may not load code (a least-privilege
-				// ACL): use the library an admin loaded
-				if denied == nil {
-					denied = fmt.Errorf("FUNCTION LOAD on %s: %w", addr, err)
-				}
-				continue
-			}
+		if l.add(addr, n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(lib).Build()).Error()) {
+			s.scriptMode.Store(true)
+			s.opts.Logger.Warn("redisstore: Redis has no functions (before 7.0); using EVALSHA")
+			return nil
 		}
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("redisstore: FUNCTION LOAD on %s: %w", addr, err)
-			}
-			continue
-		}
-		loaded++
 	}
 	switch {
-	case loaded > 0:
+	case l.loaded > 0:
 		s.loadDenied.Store(nil)
-	case firstErr != nil:
-		return firstErr
-	case denied != nil:
-		s.loadDenied.Store(&denied)
-	case readonly != nil:
+	case l.firstErr != nil:
+		return l.firstErr
+	case l.denied != nil:
+		s.loadDenied.Store(&l.denied)
+	case l.readonly != nil:
 		// no master among the nodes: every decision would fail with
 		// READONLY, or with "Function not found" if the master never
 		// loaded the library
-		return readonly
+		return l.readonly
 	}
 	s.libLoaded.Store(true)
 	return nil
+}
+
+// libLoad is what the nodes answered FUNCTION LOAD.
+type libLoad struct {
+	loaded   int   // nodes that loaded the library
+	firstErr error // the first failure but those below
+	readonly error // the first replica's
+	denied   error // the first NOPERM
+}
+
+// add counts node addr's answer err, and says whether it has no functions
+// (before Redis 7).
+func (l *libLoad) add(addr string, err error) (noFunctions bool) {
+	if e, ok := rueidis.IsRedisErr(err); ok {
+		switch {
+		case strings.Contains(e.Error(), "unknown command"):
+			return true
+		case strings.Contains(e.Error(), "READONLY"):
+			// a replica: it gets the library from its master
+			if l.readonly == nil {
+				l.readonly = fmt.Errorf("redisstore: %s is a replica (%w): decisions write, so point the store at the master, or use redis-sentinel:// or redis-cluster:// to follow it", addr, err)
+			}
+			return false
+		case strings.HasPrefix(e.Error(), "NOPERM"):
+			// the store's user may not load code (a least-privilege
+			// ACL): use the library an admin loaded
+			if l.denied == nil {
+				l.denied = fmt.Errorf("FUNCTION LOAD on %s: %w", addr, err)
+			}
+			return false
+		}
+	}
+	if err != nil {
+		if l.firstErr == nil {
+			l.firstErr = fmt.Errorf("redisstore: FUNCTION LOAD on %s: %w", addr, err)
+		}
+		return false
+	}
+	l.loaded++
+	return false
 }
 
 // execMulti sends every decision in one pipeline (FCALL; EVALSHA on
