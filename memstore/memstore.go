@@ -29,7 +29,6 @@
 package memstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +37,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,27 +134,7 @@ type Store struct {
 // its keys are restored; a snapshot that cannot be read is an error, as is
 // a directory where none can be written.
 func New(opts Options) (*Store, error) {
-	if opts.MaxKeys <= 0 {
-		opts.MaxKeys = 1 << 22
-	}
-	if opts.MaxMemory <= 0 {
-		opts.MaxMemory = 1 << 30
-	}
-	if opts.Shards <= 0 {
-		opts.Shards = max(64, 8*runtime.GOMAXPROCS(0))
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = time.Minute
-	}
-	if opts.SnapshotInterval <= 0 {
-		opts.SnapshotInterval = time.Minute
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Coarse
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts = opts.withDefaults()
 	s := &Store{
 		opts:   opts,
 		byName: map[string]*table{},
@@ -173,31 +151,9 @@ func New(opts Options) (*Store, error) {
 		return nil, errors.New("memstore: a journal needs a snapshot (JournalPath without SnapshotPath)")
 	}
 	if opts.SnapshotPath != "" {
-		// The tables are filled now (readSnapshot), not at each policy's
-		// first decision: that held the store's lock (every policy's
-		// first decision) for seconds after a restart with millions of
-		// keys, and callers with a deadline (Envoy's 20 ms) failed
-		// meanwhile.
-		keyed, from, err := s.restore(opts.SnapshotPath)
-		if err != nil {
+		if err := s.openFiles(); err != nil {
 			return nil, err
 		}
-		if opts.JournalPath != "" {
-			if s.jr, err = s.openJournal(opts.JournalPath, keyed, from); err != nil {
-				return nil, err
-			}
-		}
-		// a snapshot that cannot be written is said now, not at Close,
-		// when the state it was to keep is already lost
-		f, err := os.CreateTemp(filepath.Dir(opts.SnapshotPath), ".floodgate-snapshot-*")
-		if err != nil {
-			if s.jr != nil {
-				s.jr.close()
-			}
-			return nil, fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", opts.SnapshotPath, err)
-		}
-		f.Close()
-		os.Remove(f.Name())
 	}
 	if opts.SweepInterval > 0 || opts.SnapshotPath != "" {
 		s.wg.Add(1)
@@ -205,6 +161,62 @@ func New(opts Options) (*Store, error) {
 	}
 	s.startJournal()
 	return s, nil
+}
+
+// withDefaults returns o with its defaults set.
+func (o Options) withDefaults() Options {
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = 1 << 22
+	}
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = 1 << 30
+	}
+	if o.Shards <= 0 {
+		o.Shards = max(64, 8*runtime.GOMAXPROCS(0))
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = time.Minute
+	}
+	if o.SnapshotInterval <= 0 {
+		o.SnapshotInterval = time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Coarse
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// openFiles restores the store's snapshot and replays its journal, and makes
+// sure a snapshot can be written beside it: a snapshot that cannot be
+// written is said now, not at Close, when the state it was to keep is
+// already lost.
+func (s *Store) openFiles() error {
+	// The tables are filled now (readSnapshot), not at each policy's
+	// first decision: that held the store's lock (every policy's first
+	// decision) for seconds after a restart with millions of keys, and
+	// callers with a deadline (Envoy's 20 ms) failed meanwhile.
+	keyed, from, err := s.restore(s.opts.SnapshotPath)
+	if err != nil {
+		return err
+	}
+	if s.opts.JournalPath != "" {
+		if s.jr, err = s.openJournal(s.opts.JournalPath, keyed, from); err != nil {
+			return err
+		}
+	}
+	f, err := os.CreateTemp(filepath.Dir(s.opts.SnapshotPath), ".floodgate-snapshot-*")
+	if err != nil {
+		if s.jr != nil {
+			s.jr.close()
+		}
+		return fmt.Errorf("memstore: snapshots cannot be written beside %s: %w", s.opts.SnapshotPath, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
 }
 
 // MustNew is New for options known to be good, with no snapshot to read.
@@ -540,184 +552,6 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 			s.jr.wait(rec)
 		}
 		return nil
-	}
-}
-
-// DoGroup performs ops as DoBatch does, except that those whose index is
-// set in group are decided together, all or nothing, while the shards of
-// their keys are held (floodgate.GroupStore): every OpAllow member is
-// first checked as OpPeek; if all fit they are admitted, and if not, only
-// those that do not fit on their own are decided (denied), the others
-// keeping their check. The other ops are performed one by one, those
-// before the group's first member before it.
-func (s *Store) DoGroup(ctx context.Context, now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) error {
-	if len(out) < len(ops) || len(group) < len(ops) {
-		return errors.New("memstore: out or group is shorter than ops")
-	}
-	first := -1
-	for i := range ops {
-		if ops[i].Policy == nil {
-			return errNoPolicy
-		}
-		if group[i] && first < 0 {
-			first = i
-		}
-	}
-	for i := range ops {
-		if i == first {
-			s.doGroup(now, ops, group, out)
-		}
-		if group[i] {
-			continue
-		}
-		d, _ := s.Do(ctx, now, ops[i])
-		out[i] = d
-	}
-	return nil
-}
-
-// doGroup decides the members of group holding the shards of their keys.
-func (s *Store) doGroup(now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) {
-	var mbuf [8]groupMember
-	var lbuf [8]*shard
-	ms, locked := s.lockGroup(now, ops, group, mbuf[:0], lbuf[:0])
-	var rec uint64 // the last journal record
-	all := true
-	for _, m := range ms {
-		s.peek(now, ops, m, out)
-		if ops[m.i].Kind == floodgate.OpAllow {
-			all = all && out[m.i].Allowed
-		}
-	}
-	if all && !s.admitGroup(now, ops, ms, out) {
-		all = false // a member refused for want of room, by a rule failing closed
-	}
-	if !all {
-		for _, m := range ms {
-			if op := &ops[m.i]; op.Kind == floodgate.OpAllow && !out[m.i].Allowed && !out[m.i].Degraded {
-				m.sh.do(m.t, m.h, now, op, &out[m.i])
-			}
-		}
-	}
-	if s.jr != nil {
-		// Every member that may have changed, once its state is final (a
-		// key admitGroup placed and dropped again is recorded as zero).
-		for _, m := range ms {
-			if ops[m.i].Kind == floodgate.OpAllow {
-				rec = s.jr.key(m.t, m.sh, m.h)
-			}
-		}
-	}
-	for _, sh := range locked {
-		sh.mu.Unlock()
-	}
-	if rec != 0 {
-		s.jr.wait(rec)
-	}
-	for _, m := range ms {
-		if out[m.i].Degraded {
-			s.logRefused(now)
-			break
-		}
-	}
-}
-
-// peek decides member m as OpPeek.
-func (s *Store) peek(now int64, ops []floodgate.Op, m groupMember, out []floodgate.Decision) {
-	op := ops[m.i]
-	op.Kind = floodgate.OpPeek
-	m.sh.do(m.t, m.h, now, &op, &out[m.i])
-}
-
-// admitGroup admits every OpAllow member of a group that fits whole, and
-// reports false, having consumed nothing, if the store had no room for a
-// member's key and a rule failing closed refused it. The members that may
-// need room, those whose key the store does not hold or holds fresh, go
-// first; if one is refused so, the keys of those before it are dropped
-// again (they were absent or fresh: dropping them restores what was) and
-// peeked anew. The others' keys are held and constrain, so making room
-// drops none of them, and they are admitted last, when nothing can fail.
-func (s *Store) admitGroup(now int64, ops []floodgate.Op, ms []groupMember, out []floodgate.Decision) bool {
-	var nbuf [8]bool
-	newcomer := nbuf[:0]
-	for _, m := range ms {
-		i := m.sh.find(m.h)
-		newcomer = append(newcomer, i < 0 || storekit.Consumption(m.t.policy.Load(), m.sh.state(i), now) == 0)
-	}
-	for j, m := range ms {
-		if ops[m.i].Kind != floodgate.OpAllow || !newcomer[j] {
-			continue
-		}
-		m.sh.do(m.t, m.h, now, &ops[m.i], &out[m.i])
-		if d := &out[m.i]; !d.Degraded || d.Allowed {
-			continue
-		}
-		for k, b := range ms[:j] {
-			if ops[b.i].Kind == floodgate.OpAllow && newcomer[k] {
-				if i := b.sh.find(b.h); i >= 0 {
-					b.sh.deleteAt(b.t, i)
-				}
-				s.peek(now, ops, b, out)
-			}
-		}
-		return false
-	}
-	for j, m := range ms {
-		if ops[m.i].Kind == floodgate.OpAllow && !newcomer[j] {
-			m.sh.do(m.t, m.h, now, &ops[m.i], &out[m.i])
-		}
-	}
-	return true
-}
-
-// A groupMember is a member of a group and where its key lives.
-type groupMember struct {
-	i  int // index into ops
-	t  *table
-	h  uint64
-	sh *shard
-}
-
-// lockGroup finds the members' tables and shards and locks each shard
-// once, in address order (a table's shards are in index order, as migrate
-// takes them), so that groups never deadlock. A table that Sweep dropped
-// meanwhile is bound again and the whole is tried anew. It returns the
-// members and the locked shards (appended to ms and locked).
-func (s *Store) lockGroup(now int64, ops []floodgate.Op, group []bool, ms []groupMember, locked []*shard) ([]groupMember, []*shard) {
-	for {
-		ms, locked = ms[:0], locked[:0]
-		for i := range ops {
-			if !group[i] {
-				continue
-			}
-			// tables first: making one takes s.mu, which migrate holds
-			// while it takes a table's shards
-			t := s.table(ops[i].Policy, now)
-			h := s.hash(ops[i].Key)
-			ms = append(ms, groupMember{i, t, h, &t.shards[h>>t.shift]})
-			locked = append(locked, &t.shards[h>>t.shift])
-		}
-		slices.SortFunc(locked, func(a, b *shard) int {
-			return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
-		})
-		locked = slices.Compact(locked)
-		for _, sh := range locked {
-			sh.mu.Lock()
-		}
-		dropped := -1
-		for _, m := range ms {
-			if m.t.dropped {
-				dropped = m.i
-				break
-			}
-		}
-		if dropped < 0 {
-			return ms, locked
-		}
-		for _, sh := range locked {
-			sh.mu.Unlock()
-		}
-		s.rebind(ops[dropped].Policy, now) // by Sweep, after table: bind again
 	}
 }
 

@@ -130,51 +130,13 @@ func (s *Store) writeSnapshot(f snapFile) error {
 	if err := sw.write(buf); err != nil {
 		return err
 	}
-	// writeHeader writes a table's header with count keys and returns
-	// where the count is.
-	writeHeader := func(p *floodgate.Policy, wps int, count uint64) (int64, error) {
-		hdr, err := json.Marshal(header(p))
-		if err != nil {
-			return 0, err
-		}
-		b := le.AppendUint32(nil, uint32(len(hdr)))
-		b = append(b, hdr...)
-		b = le.AppendUint32(b, uint32(wps))
-		if err := sw.write(b); err != nil {
-			return 0, err
-		}
-		at := sw.off
-		return at, sw.write(le.AppendUint64(b[:0], count))
-	}
-	type count struct {
-		at int64
-		n  uint64
-	}
-	counts := make([]count, 0, len(tables))
+	counts := make([]keyCount, 0, len(tables))
 	for _, t := range tables {
-		// Write each shard under its lock, the policy and slot width as
-		// shard 0 has them (a shard converted meanwhile is passed over).
-		var at int64
-		n, wps := 0, 0
-		for i := range t.shards {
-			sh := &t.shards[i]
-			sh.mu.Lock()
-			var err error
-			if i == 0 {
-				wps = sh.w
-				at, err = writeHeader(t.policy.Load(), wps, 0)
-			}
-			if err == nil && sh.w == wps {
-				var k int
-				k, err = sw.slots(sh.words, wps)
-				n += k
-			}
-			sh.mu.Unlock()
-			if err != nil {
-				return err
-			}
+		c, err := sw.table(t)
+		if err != nil {
+			return err
 		}
-		counts = append(counts, count{at, uint64(n)})
+		counts = append(counts, c)
 	}
 	if err := sw.bw.Flush(); err != nil {
 		return err
@@ -187,6 +149,57 @@ func (s *Store) writeSnapshot(f snapFile) error {
 		}
 	}
 	return nil
+}
+
+// keyCount is a table's key count, to be written at offset at of the file.
+type keyCount struct {
+	at int64
+	n  uint64
+}
+
+// table writes t's header and keys, each shard under its lock, the policy
+// and slot width as shard 0 has them (a shard converted meanwhile is
+// passed over), and returns its key count and where the count goes.
+func (w *snapWriter) table(t *table) (keyCount, error) {
+	var c keyCount
+	wps := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		var err error
+		if i == 0 {
+			wps = sh.w
+			c.at, err = w.header(t.policy.Load(), wps, 0)
+		}
+		if err == nil && sh.w == wps {
+			var k int
+			k, err = w.slots(sh.words, wps)
+			c.n += uint64(k)
+		}
+		sh.mu.Unlock()
+		if err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// header writes a table's header with count keys and returns where the
+// count is.
+func (w *snapWriter) header(p *floodgate.Policy, wps int, count uint64) (int64, error) {
+	le := binary.LittleEndian
+	hdr, err := json.Marshal(header(p))
+	if err != nil {
+		return 0, err
+	}
+	b := le.AppendUint32(nil, uint32(len(hdr)))
+	b = append(b, hdr...)
+	b = le.AppendUint32(b, uint32(wps))
+	if err := w.write(b); err != nil {
+		return 0, err
+	}
+	at := w.off
+	return at, w.write(le.AppendUint64(b[:0], count))
 }
 
 // snapWriter writes a snapshot through bw, counting the bytes.
@@ -331,69 +344,101 @@ func (s *Store) readSnapshot(r io.Reader) error {
 	s.k0, s.k1 = le.Uint64(b), le.Uint64(b[8:])
 	now := s.opts.Clock.NowMicro()
 	for ti := range n {
-		var lb [4]byte
-		if _, err := io.ReadFull(r, lb[:]); err != nil {
-			return fmt.Errorf("table %d: %w", ti, err)
-		}
-		hl := le.Uint32(lb[:])
-		if hl > 1<<24 {
-			return fmt.Errorf("table %d: header of %d bytes", ti, hl)
-		}
-		hb := make([]byte, hl+12)
-		if _, err := io.ReadFull(r, hb); err != nil {
-			return fmt.Errorf("table %d: %w", ti, err)
-		}
-		var h snapHeader
-		if err := json.Unmarshal(hb[:hl], &h); err != nil {
-			return fmt.Errorf("table %d: %w", ti, err)
-		}
-		p, err := h.policy()
+		st, err := s.readTableHead(r, ti)
 		if err != nil {
-			return fmt.Errorf("table %d (policy %q): %w", ti, h.Policy, err)
+			return err
 		}
-		w, count := int(le.Uint32(hb[hl:])), le.Uint64(hb[hl+4:])
-		legacy := w != 1+storekit.Width(p) && w == 1+compiledOf(p).LegacyWidth()
-		if w != 1+storekit.Width(p) && !legacy {
-			return fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, w, 1+storekit.Width(p))
-		}
-		if count > uint64(s.opts.MaxKeys)*2 || count*uint64(w) > 1<<34 {
-			return fmt.Errorf("table %d (policy %q): %d keys, more than twice the cap of %d keys (MaxKeys) or 128 GiB", ti, h.Policy, count, s.opts.MaxKeys)
-		}
-		t := s.newTable(p)
-		wb := make([]byte, 8*w)
-		state, wide := make([]int64, w-1), make([]int64, storekit.Width(p))
-		for i := range int(count) {
-			if _, err := io.ReadFull(r, wb); err != nil {
-				return fmt.Errorf("table %d (policy %q): key %d: %w", ti, h.Policy, i, err)
-			}
-			hash := le.Uint64(wb)
-			if hash == 0 {
-				continue
-			}
-			for j := range state {
-				state[j] = int64(le.Uint64(wb[8*(j+1):]))
-			}
-			state := state
-			if legacy {
-				compiledOf(p).Widen(state, wide)
-				state = wide
-			}
-			if !storekit.Valid(p, state) {
-				return fmt.Errorf("table %d (policy %q): key %d: a state no rule of the policy could have written (the file is damaged)", ti, h.Policy, i)
-			}
-			if storekit.Consumption(p, state, now) == 0 {
-				continue
-			}
-			sh := &t.shards[hash>>t.shift]
-			copy(sh.state(sh.insert(t, p, hash, now)), state)
+		t, err := s.readKeys(r, ti, &st, now)
+		if err != nil {
+			return err
 		}
 		t.restored = true
-		if old := s.byName[h.Policy]; old != nil {
+		if old := s.byName[st.name]; old != nil {
 			s.discard(old) // a name twice: the last table holds, as it did
 		}
-		s.byName[h.Policy] = t
+		s.byName[st.name] = t
 	}
 	return nil
+}
+
+// snapTable is a table's header in a snapshot.
+type snapTable struct {
+	name   string
+	p      *floodgate.Policy
+	w      int // words per key: the hash, then the state
+	count  uint64
+	legacy bool // states as written before issue 18: widened to p's
+}
+
+// readTableHead reads table ti's header.
+func (s *Store) readTableHead(r io.Reader, ti uint32) (snapTable, error) {
+	le := binary.LittleEndian
+	var lb [4]byte
+	if _, err := io.ReadFull(r, lb[:]); err != nil {
+		return snapTable{}, fmt.Errorf("table %d: %w", ti, err)
+	}
+	hl := le.Uint32(lb[:])
+	if hl > 1<<24 {
+		return snapTable{}, fmt.Errorf("table %d: header of %d bytes", ti, hl)
+	}
+	hb := make([]byte, hl+12)
+	if _, err := io.ReadFull(r, hb); err != nil {
+		return snapTable{}, fmt.Errorf("table %d: %w", ti, err)
+	}
+	var h snapHeader
+	if err := json.Unmarshal(hb[:hl], &h); err != nil {
+		return snapTable{}, fmt.Errorf("table %d: %w", ti, err)
+	}
+	p, err := h.policy()
+	if err != nil {
+		return snapTable{}, fmt.Errorf("table %d (policy %q): %w", ti, h.Policy, err)
+	}
+	st := snapTable{name: h.Policy, p: p, w: int(le.Uint32(hb[hl:])), count: le.Uint64(hb[hl+4:])}
+	width := 1 + storekit.Width(p)
+	st.legacy = st.w != width && st.w == 1+compiledOf(p).LegacyWidth()
+	if st.w != width && !st.legacy {
+		return st, fmt.Errorf("table %d (policy %q): %d words per key, want %d", ti, h.Policy, st.w, width)
+	}
+	if st.count > uint64(s.opts.MaxKeys)*2 || st.count*uint64(st.w) > 1<<34 {
+		return st, fmt.Errorf("table %d (policy %q): %d keys, more than twice the cap of %d keys (MaxKeys) or 128 GiB", ti, h.Policy, st.count, s.opts.MaxKeys)
+	}
+	return st, nil
+}
+
+// readKeys reads table ti's keys, described by st, into a new table,
+// leaving out those with nothing consumed.
+func (s *Store) readKeys(r io.Reader, ti uint32, st *snapTable, now int64) (*table, error) {
+	le := binary.LittleEndian
+	p := st.p
+	t := s.newTable(p)
+	wb := make([]byte, 8*st.w)
+	state, wide := make([]int64, st.w-1), make([]int64, storekit.Width(p))
+	for i := range int(st.count) {
+		if _, err := io.ReadFull(r, wb); err != nil {
+			return nil, fmt.Errorf("table %d (policy %q): key %d: %w", ti, st.name, i, err)
+		}
+		hash := le.Uint64(wb)
+		if hash == 0 {
+			continue
+		}
+		for j := range state {
+			state[j] = int64(le.Uint64(wb[8*(j+1):]))
+		}
+		state := state
+		if st.legacy {
+			compiledOf(p).Widen(state, wide)
+			state = wide
+		}
+		if !storekit.Valid(p, state) {
+			return nil, fmt.Errorf("table %d (policy %q): key %d: a state no rule of the policy could have written (the file is damaged)", ti, st.name, i)
+		}
+		if storekit.Consumption(p, state, now) == 0 {
+			continue
+		}
+		sh := &t.shards[hash>>t.shift]
+		copy(sh.state(sh.insert(t, p, hash, now)), state)
+	}
+	return t, nil
 }
 
 // discard takes table t's keys and bytes off the store's counts. t is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,4 +242,47 @@ func (f *fallback) decide(ctx context.Context, now int64, op *floodgate.Op) floo
 func sha1hex(s string) string {
 	h := sha1.Sum([]byte(s))
 	return hex.EncodeToString(h[:])
+}
+
+// failed counts and logs a failed call, which started at start (µs) under
+// sctx, and feeds its breaker unless the failure is this process's
+// starvation (excused, starve.go).
+func (s *Store) failed(brk *breaker, err error, sctx context.Context, start int64) {
+	s.errs.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.timeouts.Add(1)
+	}
+	excused, lag := s.excused(err, sctx, start)
+	if excused {
+		s.starved.Add(1)
+		// not a failure, but calls go through within until Redis answers
+		// again: a caller that finds a connection being made again must
+		// not wait for it past its deadline (see within)
+		brk.troubled.Store(true)
+		if s.adapt != nil {
+			// its latency is at least this long: a busy host's calls
+			// raise the timeout even when none of them comes back in time
+			s.adapt.observe(time.Now().UnixMicro() - start)
+		}
+	} else {
+		brk.failure()
+	}
+	now := time.Now().Unix()
+	if last := s.lastLog.Load(); now != last && s.lastLog.CompareAndSwap(last, now) {
+		if excused {
+			s.opts.Logger.Warn("redisstore: call timed out while this process was starved of CPU; not held against Redis; rules' failure modes decide",
+				"lag", lag, "timeouts_excused", s.starved.Load())
+			return
+		}
+		s.opts.Logger.Error("redisstore: call failed; rules' failure modes decide", "err", err,
+			"errors", s.errs.Load(), "breaker_open", brk.isOpen())
+	}
+}
+
+// degrade decides op by its rules' failure modes.
+func (s *Store) degrade(ctx context.Context, now int64, op *floodgate.Op, cause error) floodgate.Decision {
+	s.degraded.Add(1)
+	d := s.fallback.decide(ctx, now, op)
+	d.Degraded = true
+	return d
 }

@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate"
+)
+
+var errNoPolicy = errors.New("redisstore: op without a policy")
+
+// Do performs op in one script call.
+func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
+	if op.Policy == nil {
+		return floodgate.Decision{}, errNoPolicy
+	}
+	key := s.Key(op.Policy.Name(), op.Key)
+	s.checkMaster()
+	brk := s.breakerFor(key)
+	if !brk.allow() {
+		return s.degrade(ctx, now, &op, nil), nil
+	}
+	start := time.Now()
+	sctx, ok := s.storeContextAt(ctx, start)
+	if !ok { // no time left to ask Redis: answer by the failure mode now
+		if ctx.Err() != nil {
+			return floodgate.Decision{}, ctx.Err()
+		}
+		return s.degrade(ctx, now, &op, errNoTime), nil
+	}
+	if s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
+		s.local.settle(sctx, now, []floodgate.Op{op})
+	}
+	s.calls.Add(1)
+	var d floodgate.Decision
+	var err error
+	if s.co != nil {
+		w := getWaiter(1)
+		pa, o := s.nums(now, &op)
+		w.add(key, pa, o)
+		if err = s.co.submit(ctx, sctx, w); err == nil {
+			d, err = w.dec[0], w.errs[0]
+			putWaiter(w)
+		} // else it left the queue at sctx's end: w belongs to the batch
+	} else {
+		pa, args := s.scriptArgs(now, &op)
+		var r rueidis.RedisResult
+		if brk.troubled.Load() {
+			r = within(sctx, func() rueidis.RedisResult { return s.call(sctx, key, args) }, rueidis.NewErrorResult)
+		} else {
+			r = s.call(sctx, key, args)
+		}
+		d, err = s.decideReply(pa, r)
+	}
+	if err == nil {
+		s.answered(start.UnixMicro())
+		brk.success()
+		s.local.answered(&op, &d, now)
+		return d, nil
+	}
+	if ctx.Err() != nil { // the caller gave up: not Redis's failure
+		return floodgate.Decision{}, ctx.Err()
+	}
+	s.failed(brk, err, sctx, start.UnixMicro())
+	return s.degrade(ctx, now, &op, err), nil
+}
