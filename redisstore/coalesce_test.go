@@ -34,45 +34,63 @@ func fcalls(t *testing.T, addr string) int {
 }
 
 // Concurrent callers' decisions share calls, and every key still admits
-// exactly its limit.
+// exactly its limit. Each round holds Redis (SIGSTOP) until every caller
+// is in flight or queued, so the round's decisions meet in the coalescer
+// however the host schedules the callers.
 func TestCoalescedConcurrentExact(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	// One call slot: with Redis held, the first caller's call is in
+	// flight and every other caller queued, whatever the scheduling.
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 30 * time.Second, Batches: 1})
 	if !redisstore.Coalescing(s) {
 		t.Fatal("a standalone store does not coalesce")
 	}
 	p := floodgate.MustPolicy("co", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 25, Period: time.Hour})
-	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro() // the same instant for every call
-	const keys, callers, perCaller = 16, 64, 20
+	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()                                  // the same instant for every call
+	if _, err := s.Do(context.Background(), now, p.Op(floodgate.OpPeek, "warm", 1, 0)); err != nil { // loads the library
+		t.Fatal(err)
+	}
+	const keys, callers, rounds = 16, 64, 20
 	admitted := make([]atomic.Int64, keys)
 	before := fcalls(t, srv.Addr)
-	var wg sync.WaitGroup
-	for c := range callers {
-		wg.Go(func() {
-			for i := range perCaller {
+	for i := range rounds {
+		srv.Pause()
+		var wg sync.WaitGroup
+		for c := range callers {
+			wg.Go(func() {
 				k := (c + i) % keys
 				d, err := s.Do(context.Background(), now, p.Op(floodgate.OpAllow, fmt.Sprint("k", k), 1, 0))
 				if err != nil || d.Degraded {
-					t.Errorf("caller %d: %+v %v", c, d, err)
+					t.Errorf("round %d, caller %d: %+v %v", i, c, d, err)
 					return
 				}
 				if d.Allowed {
 					admitted[k].Add(1)
 				}
+			})
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if inflight, queued := redisstore.CoalescerState(s); inflight == 1 && queued == callers-1 {
+				break
 			}
-		})
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the callers never all reached the coalescer", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		srv.Resume()
+		wg.Wait()
 	}
-	wg.Wait()
 	for k := range admitted {
 		if n := admitted[k].Load(); n != 25 {
 			t.Errorf("key %d admitted %d, want exactly 25", k, n)
 		}
 	}
 	calls := fcalls(t, srv.Addr) - before
-	if decisions := callers * perCaller; calls >= decisions/2 {
+	if decisions := callers * rounds; calls >= decisions/4 {
 		t.Errorf("%d decisions took %d calls: they were not combined", decisions, calls)
 	}
-	t.Logf("%d decisions in %d calls", callers*perCaller, calls)
+	t.Logf("%d decisions in %d calls", callers*rounds, calls)
 	if st := s.Stats(); st.Errors != 0 {
 		t.Fatalf("stats %+v", st)
 	}
