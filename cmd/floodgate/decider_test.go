@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -14,34 +15,14 @@ import (
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
-// One rules file for serve and proxy: a plain limit, one in quota mode,
-// and one that replaces another where both apply (the proxy's /vip/
-// matches two routes, serve gets both descriptors).
-const parityRules = `domain: edge
-descriptors:
-  - key: api_key
-    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}
-  - key: user
-    rate_limit: {name: per-user, unit: hour, requests_per_unit: 1, algorithm: token_bucket}
-  - key: vip
-    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket, replaces: [{name: per-user}]}
-http:
-  - name: keyed
-    match: {path_prefix: /keyed/}
-    key: [{header: X-API-Key, entry: api_key}]
-  - name: quota
-    match: {path_prefix: /quota/}
-    key: [{header: X-User, entry: quota}]
-  - name: user
-    match: {path_prefix: /vip/}
-    key: [{header: X-User, entry: user}]
-  - name: vip
-    match: {path_prefix: /vip/}
-    key: [{header: X-User, entry: vip}]
-`
+// parityRules is the rules file every front door's parity test uses.
+var parityRules = func() string {
+	b, err := os.ReadFile("../../internal/decide/testdata/parity.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // serveAndProxy starts floodgate serve and floodgate proxy on one Redis,
 // with parityRules.
