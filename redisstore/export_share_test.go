@@ -1,0 +1,5 @@
+package redisstore
+
+// ShareSweep gives back the slices of s's keys idle at now (local share),
+// as its sweeper does every 50ms.
+func ShareSweep(s *Store, now int64) { s.shares.sweep(now, false) }
