@@ -172,31 +172,41 @@ func (sh *shares) lookup(ctx context.Context, key string, now int64, p *floodgat
 }
 
 // decide decides op from key's slice; handled false: decide exactly.
+//
+// Slices are spent by the store's own clock t, which Redis's windows are
+// mapped onto (took): the caller's now (ClientTime, tests), else the
+// system clock read here, not a cached clock that may lag (clock.Coarse),
+// which would let a slice be spent past its window's end.
 func (sh *shares) decide(ctx context.Context, now int64, op *floodgate.Op, key string, pl *sharePlan) (floodgate.Decision, error, bool) {
 	if op.Cost <= 0 || op.Cost > pl.limit {
 		return floodgate.Decision{}, nil, false
 	}
+	t := now
 	if sh.s.opts.ClientTime {
 		sh.saw(now)
+	} else {
+		t = time.Now().UnixMicro()
 	}
-	e := sh.lookup(ctx, key, now, op.Policy)
+	e := sh.lookup(ctx, key, t, op.Policy)
 	if e == nil {
 		return floodgate.Decision{}, nil, false
 	}
 	e.mu.Lock()
-	if e.dead {
+	if e.dead || t < e.from {
+		// t is before the slice's window (a caller that read the clock
+		// before another took it): Redis decides
 		e.mu.Unlock()
 		return floodgate.Decision{}, nil, false
 	}
-	e.last = now
+	e.last = t
 	e.demand += op.Cost
-	if d, ok := e.spend(now, op.Cost, pl); ok {
+	if d, ok := e.spend(t, op.Cost, pl); ok {
 		e.mu.Unlock()
 		sh.local.Add(1)
 		return d, nil, true
 	}
 	e.mu.Unlock()
-	return sh.refill(ctx, now, op, key, pl, e)
+	return sh.refill(ctx, now, t, op, key, pl, e)
 }
 
 // saw keeps now as the latest time a decision was made at.
@@ -211,11 +221,11 @@ func (sh *shares) saw(now int64) {
 
 // spend decides from the slice alone, if it can: admits when it holds
 // cost, refuses when Redis had nothing left. e.mu is held.
-func (e *slice) spend(now, cost int64, pl *sharePlan) (floodgate.Decision, bool) {
-	if now < e.from || now >= e.until {
+func (e *slice) spend(t, cost int64, pl *sharePlan) (floodgate.Decision, bool) {
+	if t < e.from || t >= e.until {
 		return floodgate.Decision{}, false
 	}
-	d := floodgate.Decision{Limit: e.limit, Rule: pl.names[e.rule], ResetAfter: time.Duration(e.until-now) * time.Microsecond}
+	d := floodgate.Decision{Limit: e.limit, Rule: pl.names[e.rule], ResetAfter: time.Duration(e.until-t) * time.Microsecond}
 	switch {
 	case e.left >= cost:
 		e.left -= cost
@@ -228,23 +238,23 @@ func (e *slice) spend(now, cost int64, pl *sharePlan) (floodgate.Decision, bool)
 	return floodgate.Decision{}, false
 }
 
-// want sizes the next slice at now. e.mu is held.
-func (e *slice) want(now, cost int64, pl *sharePlan, live int64) int64 {
-	if e.lastTake > 0 && now > e.lastTake {
-		r := float64(e.demand) / float64(now-e.lastTake)
+// want sizes the next slice at t. e.mu is held.
+func (e *slice) want(t, cost int64, pl *sharePlan, live int64) int64 {
+	if e.lastTake > 0 && t > e.lastTake {
+		r := float64(e.demand) / float64(t-e.lastTake)
 		if e.rate == 0 {
 			e.rate = r
 		} else {
 			e.rate = (e.rate + r) / 2
 		}
 	}
-	horizon := min(float64(shareHorizon), float64(pl.periods[0])/10)
+	horizon := float64(shareHorizon)
 	for _, p := range pl.periods {
 		horizon = min(horizon, float64(p)/10)
 	}
 	w := int64(math.Min(e.rate*horizon, float64(pl.limit))) + cost
 	base := pl.limit
-	if now >= e.from && now < e.until { // what Redis had left in this window
+	if t >= e.from && t < e.until { // what Redis had left in this window
 		base = e.remaining
 	}
 	return max(cost, min(w, base/(2*max(live, 1))))
@@ -252,22 +262,23 @@ func (e *slice) want(now, cost int64, pl *sharePlan, live int64) int64 {
 
 // refill takes a slice for op (giving back what is left of an expired one
 // whose longer windows still count it) and decides op from it, or by the
-// rules' failure modes when Redis cannot answer.
-func (sh *shares) refill(ctx context.Context, now int64, op *floodgate.Op, key string, pl *sharePlan, e *slice) (floodgate.Decision, error, bool) {
+// rules' failure modes when Redis cannot answer. now is the caller's
+// time, t the store's (decide).
+func (sh *shares) refill(ctx context.Context, now, t int64, op *floodgate.Op, key string, pl *sharePlan, e *slice) (floodgate.Decision, error, bool) {
 	e.fetch.Lock()
 	defer e.fetch.Unlock()
 	e.mu.Lock()
-	if e.dead {
+	if e.dead || t < e.from {
 		e.mu.Unlock()
 		return floodgate.Decision{}, nil, false
 	}
-	if d, ok := e.spend(now, op.Cost, pl); ok { // another caller took one meanwhile
+	if d, ok := e.spend(t, op.Cost, pl); ok { // another caller took one meanwhile
 		e.mu.Unlock()
 		sh.local.Add(1)
 		return d, nil, true
 	}
 	var back, t0 int64
-	if now >= e.until || now < e.from {
+	if t >= e.until {
 		if pl.mixed {
 			back, t0 = e.left, e.t0
 		} else if e.left > 0 {
@@ -275,7 +286,7 @@ func (sh *shares) refill(ctx context.Context, now int64, op *floodgate.Op, key s
 		}
 		e.left, e.full = 0, false
 	}
-	want := e.want(now, op.Cost-e.left, pl, sh.live.Load())
+	want := e.want(t, op.Cost-e.left, pl, sh.live.Load())
 	e.mu.Unlock()
 
 	brk := sh.s.breakerFor(key)
@@ -308,19 +319,19 @@ func (sh *shares) refill(ctx context.Context, now int64, op *floodgate.Op, key s
 	sh.s.answered(start.UnixMicro())
 	brk.success()
 	sh.back.Add(back)
-	recv := now
+	recv := t
 	if !sh.s.opts.ClientTime {
-		recv += time.Since(start).Microseconds()
+		recv = time.Now().UnixMicro()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sh.lost.Add(e.took(r, now, recv, pl))
-	if d, ok := e.spend(max(now, e.from), op.Cost, pl); ok {
+	sh.lost.Add(e.took(r, t, recv, pl))
+	if d, ok := e.spend(max(t, e.from), op.Cost, pl); ok {
 		return d, nil, true
 	}
 	// Redis had less than cost left, or its window ended on the way
 	d := floodgate.Decision{Limit: e.limit, Rule: pl.names[e.rule], Reason: floodgate.ReasonLimited,
-		Remaining: e.remaining, RetryAfter: time.Duration(max(e.until-now, 1000)) * time.Microsecond}
+		Remaining: e.remaining, RetryAfter: time.Duration(max(e.until-t, 1000)) * time.Microsecond}
 	return d, nil, true
 }
 
