@@ -20,7 +20,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	key := s.Key(op.Policy.Name(), op.Key)
 	if pl := sharePlanOf(op.Policy); pl.ok {
 		if op.Kind == floodgate.OpAllow {
-			if d, err, ok := s.shares.decide(ctx, now, &op, key, pl); ok {
+			if d, ok, err := s.shares.decide(ctx, now, &op, key, pl); ok {
 				return d, err
 			}
 		} else if op.Kind == floodgate.OpReset {

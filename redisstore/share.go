@@ -177,9 +177,9 @@ func (sh *shares) lookup(ctx context.Context, key string, now int64, p *floodgat
 // mapped onto (took): the caller's now (ClientTime, tests), else the
 // system clock read here, not a cached clock that may lag (clock.Coarse),
 // which would let a slice be spent past its window's end.
-func (sh *shares) decide(ctx context.Context, now int64, op *floodgate.Op, key string, pl *sharePlan) (floodgate.Decision, error, bool) {
+func (sh *shares) decide(ctx context.Context, now int64, op *floodgate.Op, key string, pl *sharePlan) (floodgate.Decision, bool, error) {
 	if op.Cost <= 0 || op.Cost > pl.limit {
-		return floodgate.Decision{}, nil, false
+		return floodgate.Decision{}, false, nil
 	}
 	t := now
 	if sh.s.opts.ClientTime {
@@ -189,21 +189,21 @@ func (sh *shares) decide(ctx context.Context, now int64, op *floodgate.Op, key s
 	}
 	e := sh.lookup(ctx, key, t, op.Policy)
 	if e == nil {
-		return floodgate.Decision{}, nil, false
+		return floodgate.Decision{}, false, nil
 	}
 	e.mu.Lock()
 	if e.dead || t < e.from {
 		// t is before the slice's window (a caller that read the clock
 		// before another took it): Redis decides
 		e.mu.Unlock()
-		return floodgate.Decision{}, nil, false
+		return floodgate.Decision{}, false, nil
 	}
 	e.last = t
 	e.demand += op.Cost
 	if d, ok := e.spend(t, op.Cost, pl); ok {
 		e.mu.Unlock()
 		sh.local.Add(1)
-		return d, nil, true
+		return d, true, nil
 	}
 	e.mu.Unlock()
 	return sh.refill(ctx, now, t, op, key, pl, e)
@@ -262,77 +262,113 @@ func (e *slice) want(t, cost int64, pl *sharePlan, live int64) int64 {
 
 // refill takes a slice for op (giving back what is left of an expired one
 // whose longer windows still count it) and decides op from it, or by the
-// rules' failure modes when Redis cannot answer. now is the caller's
-// time, t the store's (decide).
-func (sh *shares) refill(ctx context.Context, now, t int64, op *floodgate.Op, key string, pl *sharePlan, e *slice) (floodgate.Decision, error, bool) {
+// rules' failure modes when Redis cannot answer: prepare, take, finish.
+// now is the caller's time, t the store's (decide).
+func (sh *shares) refill(ctx context.Context, now, t int64, op *floodgate.Op, key string, pl *sharePlan, e *slice) (floodgate.Decision, bool, error) {
 	e.fetch.Lock()
 	defer e.fetch.Unlock()
+	a, d, step := sh.prepare(t, op.Cost, pl, e)
+	switch step {
+	case stepExact:
+		return floodgate.Decision{}, false, nil
+	case stepDecided:
+		return d, true, nil
+	}
+	r, d, err := sh.take(ctx, now, op, key, a)
+	if err != nil || d.Degraded {
+		sh.giveUp(a.back)
+		return d, true, err
+	}
+	sh.back.Add(a.back)
+	recv := t
+	if !sh.s.opts.ClientTime {
+		recv = time.Now().UnixMicro()
+	}
+	return sh.finish(t, recv, r, op.Cost, pl, e), true, nil
+}
+
+// shareAsk is what a take gives back (back, of a slice taken at t0) and
+// asks for (want).
+type shareAsk struct{ back, t0, want int64 }
+
+type refillStep uint8
+
+const (
+	stepTake    refillStep = iota // ask Redis
+	stepDecided                   // another caller took a slice meanwhile: decided from it
+	stepExact                     // the slice is gone, or t is before its window: Redis decides
+)
+
+// prepare settles the slice before a take: decided from it if another
+// caller refilled it meanwhile, else what to give back and ask for.
+func (sh *shares) prepare(t, cost int64, pl *sharePlan, e *slice) (shareAsk, floodgate.Decision, refillStep) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.dead || t < e.from {
-		e.mu.Unlock()
-		return floodgate.Decision{}, nil, false
+		return shareAsk{}, floodgate.Decision{}, stepExact
 	}
-	if d, ok := e.spend(t, op.Cost, pl); ok { // another caller took one meanwhile
-		e.mu.Unlock()
+	if d, ok := e.spend(t, cost, pl); ok {
 		sh.local.Add(1)
-		return d, nil, true
+		return shareAsk{}, d, stepDecided
 	}
-	var back, t0 int64
+	var a shareAsk
 	if t >= e.until {
 		if pl.mixed {
-			back, t0 = e.left, e.t0
+			a.back, a.t0 = e.left, e.t0
 		} else if e.left > 0 {
 			sh.lost.Add(e.left) // its window is over
 		}
 		e.left, e.full = 0, false
 	}
-	want := e.want(t, op.Cost-e.left, pl, sh.live.Load())
-	e.mu.Unlock()
+	a.want = e.want(t, cost-e.left, pl, sh.live.Load())
+	return a, floodgate.Decision{}, stepTake
+}
 
+// take asks Redis for a slice under the store's breaker and deadline; when
+// Redis cannot answer, the rules' failure modes decide op (a Degraded
+// decision), or the caller's context ended (an error).
+func (sh *shares) take(ctx context.Context, now int64, op *floodgate.Op, key string, a shareAsk) (shareReply, floodgate.Decision, error) {
 	brk := sh.s.breakerFor(key)
 	if !brk.allow() {
-		sh.giveUp(back)
-		return sh.s.degrade(ctx, now, op, nil), nil, true
+		return shareReply{}, sh.s.degrade(ctx, now, op, nil), nil
 	}
 	start := time.Now()
 	sctx, ok := sh.s.storeContextAt(ctx, start)
 	if !ok {
-		sh.giveUp(back)
 		if ctx.Err() != nil {
-			return floodgate.Decision{}, ctx.Err(), true
+			return shareReply{}, floodgate.Decision{}, ctx.Err()
 		}
-		return sh.s.degrade(ctx, now, op, errNoTime), nil, true
+		return shareReply{}, sh.s.degrade(ctx, now, op, errNoTime), nil
 	}
 	if sh.s.local.busy.Load() > 0 { // local admitted on some key: Redis learns it first
 		sh.s.local.settle(sctx, now, []floodgate.Op{*op})
 	}
 	sh.s.calls.Add(1)
-	r, err := sh.call(sctx, brk, now, op.Policy, key, t0, back, want)
+	r, err := sh.call(sctx, brk, now, op.Policy, key, a.t0, a.back, a.want)
 	if err != nil {
-		sh.giveUp(back)
 		if ctx.Err() != nil {
-			return floodgate.Decision{}, ctx.Err(), true
+			return shareReply{}, floodgate.Decision{}, ctx.Err()
 		}
 		sh.s.failed(brk, err, sctx, start.UnixMicro())
-		return sh.s.degrade(ctx, now, op, err), nil, true
+		return shareReply{}, sh.s.degrade(ctx, now, op, err), nil
 	}
 	sh.s.answered(start.UnixMicro())
 	brk.success()
-	sh.back.Add(back)
-	recv := t
-	if !sh.s.opts.ClientTime {
-		recv = time.Now().UnixMicro()
-	}
+	return r, floodgate.Decision{}, nil
+}
+
+// finish records the take's reply r and decides a request of cost from
+// the slice.
+func (sh *shares) finish(t, recv int64, r shareReply, cost int64, pl *sharePlan, e *slice) floodgate.Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sh.lost.Add(e.took(r, t, recv, pl))
-	if d, ok := e.spend(max(t, e.from), op.Cost, pl); ok {
-		return d, nil, true
+	if d, ok := e.spend(max(t, e.from), cost, pl); ok {
+		return d
 	}
 	// Redis had less than cost left, or its window ended on the way
-	d := floodgate.Decision{Limit: e.limit, Rule: pl.names[e.rule], Reason: floodgate.ReasonLimited,
+	return floodgate.Decision{Limit: e.limit, Rule: pl.names[e.rule], Reason: floodgate.ReasonLimited,
 		Remaining: e.remaining, RetryAfter: time.Duration(max(e.until-t, 1000)) * time.Microsecond}
-	return d, nil, true
 }
 
 // giveUp counts a leftover that could not be given back as lost.
@@ -431,31 +467,22 @@ func (sh *shares) clock() int64 {
 	return time.Now().UnixMicro()
 }
 
-// sweep gives back the slices of keys idle at now (all of them when all
-// is set) and forgets keys whose slices are over.
+// shareGive is a slice to give back.
+type shareGive struct {
+	key      string
+	t0, left int64
+	pol      *floodgate.Policy
+}
+
+// sweep forgets the keys idle at now (all of them when all is set), and
+// gives back what is left of their slices.
 func (sh *shares) sweep(now int64, all bool) {
-	type give struct {
-		key      string
-		t0, left int64
-		pol      *floodgate.Policy
-	}
-	var gives []give
+	var gives []shareGive
 	sh.mu.Lock()
 	for key, e := range sh.keys {
-		e.mu.Lock()
-		idle := all || now-e.last >= shareIdle
-		live := now >= e.from && now < e.until
-		if idle || !live && now-e.last >= shareIdle {
-			e.dead = true
-			delete(sh.keys, key)
-			if e.left > 0 && (live || sharePlanOf(e.pol).mixed) {
-				gives = append(gives, give{key: key, t0: e.t0, left: e.left, pol: e.pol})
-			} else if e.left > 0 {
-				sh.lost.Add(e.left)
-			}
-			e.left = 0
+		if g, ok := sh.retire(e, key, now, all); ok {
+			gives = append(gives, g)
 		}
-		e.mu.Unlock()
 	}
 	sh.mu.Unlock()
 	for _, g := range gives {
@@ -468,6 +495,26 @@ func (sh *shares) sweep(now int64, all bool) {
 			sh.back.Add(g.left)
 		}
 	}
+}
+
+// retire forgets key if it is idle at now (or all is set), and returns
+// what of its slice to give back: a leftover still in its window (or in a
+// longer rule's). sh.mu is held.
+func (sh *shares) retire(e *slice, key string, now int64, all bool) (shareGive, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !all && now-e.last < shareIdle {
+		return shareGive{}, false
+	}
+	e.dead = true
+	delete(sh.keys, key)
+	left := e.left
+	e.left = 0
+	if left > 0 && (now >= e.from && now < e.until || sharePlanOf(e.pol).mixed) {
+		return shareGive{key: key, t0: e.t0, left: left, pol: e.pol}, true
+	}
+	sh.lost.Add(left)
+	return shareGive{}, false
 }
 
 // close gives back every slice and leaves the live nodes.

@@ -137,3 +137,93 @@ func TestShareModel(t *testing.T) {
 		t.Logf("seed %d: %d nodes, limit %d: asked %d, admitted %d, exact admits %d", seed, len(nodes), rules[0].Limit, asked, got, exactGot)
 	}
 }
+
+// A node gives back what is left of its slice when the key goes idle, and
+// on Close: another node then admits the whole rest of the limit.
+func TestShareGivesBackIdleAndOnClose(t *testing.T) {
+	srv := redistest.Standalone(t)
+	ctx := context.Background()
+	p := floodgate.MustPolicy("p", floodgate.Rule{Name: "w", Algorithm: floodgate.FixedWindow, Limit: 1000, Period: time.Hour, Tier: floodgate.TierLocalShare})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for _, how := range []string{"idle", "close"} {
+		a, b := shareNode(t, srv.Addr, how), shareNode(t, srv.Addr, how)
+		now := t0
+		used := 0
+		for range 100 { // 1,000 a second: a's slices grow with its rate
+			d, err := a.Do(ctx, now, floodgate.Op{Policy: p, Key: "k", Kind: floodgate.OpAllow, Cost: 1})
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s: %v %+v", how, err, d)
+			}
+			used++
+			now += 1000
+		}
+		if how == "idle" {
+			now += 300_000
+			redisstore.ShareSweep(a, now)
+		} else {
+			a.Close()
+		}
+		st := a.Stats().Share
+		if st.Returned == 0 {
+			t.Errorf("%s: nothing given back (%+v)", how, st)
+		}
+		for {
+			d, err := b.Do(ctx, now, floodgate.Op{Policy: p, Key: "k", Kind: floodgate.OpAllow, Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+			used++
+		}
+		if used != 1000 {
+			t.Errorf("%s: %d admitted in all, want the whole limit 1000 (a gave back %d)", how, used, st.Returned)
+		}
+		t.Logf("%s: a gave back %d", how, st.Returned)
+		if how == "idle" {
+			a.Close()
+		}
+		b.Close()
+	}
+}
+
+// Memory stays bounded under a flood of distinct keys: at most ShareKeys
+// keys hold slices, keys below ShareHotRate decisions a second stay exact
+// (a Redis call each), and the cold keys' counts are bounded.
+func TestShareHotKeysOnly(t *testing.T) {
+	srv := redistest.Standalone(t)
+	ctx := context.Background()
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, ShareHotRate: 3, ShareKeys: 4, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := floodgate.MustPolicy("p", floodgate.Rule{Name: "w", Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Hour, Tier: floodgate.TierLocalShare})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	do := func(key string) {
+		if _, err := s.Do(ctx, now, floodgate.Op{Policy: p, Key: key, Kind: floodgate.OpAllow, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		now++
+	}
+	for i := range 5000 { // cold: once each
+		do(fmt.Sprint("cold", i))
+	}
+	if st := s.Stats(); st.Share.Keys != 0 || st.Calls != 5000 || redisstore.ShareSeen(s) > 4*4 {
+		t.Fatalf("cold keys: %+v, %d counted", st, redisstore.ShareSeen(s))
+	}
+	for i := range 10 { // hot: 20 each, but only 4 fit
+		for range 20 {
+			do(fmt.Sprint("hot", i))
+		}
+	}
+	st := s.Stats()
+	if st.Share.Keys != 4 {
+		t.Fatalf("%d keys hold slices, want ShareKeys = 4", st.Share.Keys)
+	}
+	if st.Share.Local == 0 {
+		t.Fatal("no decision made from a slice")
+	}
+	t.Logf("%+v", st.Share)
+}
