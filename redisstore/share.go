@@ -501,6 +501,10 @@ func (sh *shares) sweep(now int64, all bool) {
 // what of its slice to give back: a leftover still in its window (or in a
 // longer rule's). sh.mu is held.
 func (sh *shares) retire(e *slice, key string, now int64, all bool) (shareGive, bool) {
+	if !e.fetch.TryLock() { // a take in flight: not idle, and its slice must find the key
+		return shareGive{}, false
+	}
+	defer e.fetch.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !all && now-e.last < shareIdle {
@@ -563,4 +567,50 @@ func (sh *shares) drop(key string) {
 		e.dead, e.left = true, 0
 		e.mu.Unlock()
 	}
+}
+
+// anyShared reports whether some op of a batch is a local share's.
+func (sh *shares) anyShared(ops []floodgate.Op) bool {
+	for i := range ops {
+		if ops[i].Policy != nil && ops[i].Kind == floodgate.OpAllow && sharePlanOf(ops[i].Policy).ok {
+			return true
+		}
+	}
+	return false
+}
+
+// batch decides the ops of a batch (independent decisions, DoBatch) that
+// are a local share's from their slices, and the others by rest.
+func (sh *shares) batch(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision, rest func([]floodgate.Op, []floodgate.Decision) error) error {
+	var idx []int
+	for i := range ops {
+		op := &ops[i]
+		if op.Policy != nil && op.Kind == floodgate.OpAllow {
+			if pl := sharePlanOf(op.Policy); pl.ok {
+				d, ok, err := sh.decide(ctx, now, op, sh.s.Key(op.Policy.Name(), op.Key), pl)
+				if err != nil {
+					return err
+				}
+				if ok {
+					out[i] = d
+					continue
+				}
+			}
+		}
+		idx = append(idx, i)
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	rops, rout := make([]floodgate.Op, len(idx)), make([]floodgate.Decision, len(idx))
+	for j, i := range idx {
+		rops[j] = ops[i]
+	}
+	if err := rest(rops, rout); err != nil {
+		return err
+	}
+	for j, i := range idx {
+		out[i] = rout[j]
+	}
+	return nil
 }

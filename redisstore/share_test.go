@@ -227,3 +227,38 @@ func TestShareHotKeysOnly(t *testing.T) {
 	}
 	t.Logf("%+v", st.Share)
 }
+
+// DoBatch decides a local share's ops from their slices and the others
+// on Redis, each in its place.
+func TestShareInBatch(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := shareNode(t, srv.Addr, "batch")
+	defer s.Close()
+	ctx := context.Background()
+	share := floodgate.MustPolicy("s", floodgate.Rule{Name: "w", Algorithm: floodgate.FixedWindow, Limit: 50, Period: time.Hour, Tier: floodgate.TierLocalShare})
+	exact := floodgate.MustPolicy("e", floodgate.Rule{Name: "x", Algorithm: floodgate.FixedWindow, Limit: 30, Period: time.Hour})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	got := map[string]int{}
+	for range 100 {
+		ops := []floodgate.Op{
+			{Policy: exact, Key: "k", Kind: floodgate.OpAllow, Cost: 1},
+			{Policy: share, Key: "k", Kind: floodgate.OpAllow, Cost: 1},
+		}
+		out := make([]floodgate.Decision, 2)
+		if err := s.DoBatch(ctx, now, ops, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range out {
+			if d.Allowed {
+				got[ops[i].Policy.Name()]++
+			}
+		}
+		now += 1000
+	}
+	if got["s"] != 50 || got["e"] != 30 {
+		t.Fatalf("admitted %v, want s 50 and e 30", got)
+	}
+	if st := s.Stats().Share; st.Local == 0 {
+		t.Fatalf("no decision from a slice: %+v", st)
+	}
+}
