@@ -93,6 +93,25 @@ const (
 	FailLocal  FailureMode = "local"  // limit in process memory at LocalPercent of the limit
 )
 
+// Tier is how a store backed by Redis decides a rule (docs/REDIS.md). The
+// memory store is exact whatever the tier.
+type Tier string
+
+// Tiers.
+const (
+	// TierExact asks Redis for every decision (default; "" too).
+	TierExact Tier = "exact"
+	// TierLocalShare takes a slice of the key's remaining quota from Redis,
+	// spends it in process, and returns what is left: it never admits more
+	// than exact, and may admit less while a slice is stranded. Fixed
+	// windows only.
+	TierLocalShare Tier = "local_share"
+	// TierWriteBack decides from the last global count plus the process's
+	// unsynced hits, and flushes them periodically: it may admit up to
+	// Budget beyond the limit.
+	TierWriteBack Tier = "write_back"
+)
+
 // A Rule is one limit: Limit requests per Period, by one algorithm.
 // Rules are values; a Policy validates and compiles them.
 type Rule struct {
@@ -125,6 +144,13 @@ type Rule struct {
 	// of the limit (say, 100/instances), the "safe mode".
 	OnStoreFailure FailureMode
 	LocalPercent   int64 // FailLocal (and only then): the share of Limit each process admits, 1 to 100 percent
+
+	// Tier is how a Redis store decides the rule: TierExact (default),
+	// TierLocalShare or TierWriteBack. The memory store ignores it.
+	Tier Tier
+	// Budget is TierWriteBack's (and only its) accepted overshoot, a
+	// fraction of the limit: 0 < Budget <= 0.5 (0.01 is 1%).
+	Budget float64
 
 	Mode           Mode        // default Hard
 	SoftPercent    int64       // Soft: how far beyond the limit, in percent
@@ -159,12 +185,13 @@ func (r Rule) defaultName() string {
 }
 
 // compile validates r and returns its algorithm parameters, phase by
-// phase: numbers, algorithm, window, mode, failure mode, then the
+// phase: numbers, algorithm, window, mode, failure mode, tier, then the
 // algorithm's own checks. The first error names the field.
 func (r Rule) compile(name string) (algo.Params, error) {
 	p := algo.Params{Limit: r.Limit, Burst: r.Burst, CountRejected: r.CountRejected}
 	for _, phase := range []func(*algo.Params) (field, msg string){
 		r.compileNumbers, r.compileAlgorithm, r.compileWindow, r.compileMode, r.compileFailure,
+		r.compileTier,
 	} {
 		if field, msg := phase(&p); field != "" {
 			return algo.Params{}, &RuleError{Rule: name, Field: field, Msg: msg}
@@ -288,6 +315,29 @@ func (r Rule) compileFailure(*algo.Params) (field, msg string) {
 		}
 	default:
 		return "on_store_failure", fmt.Sprintf("unknown failure mode %q (want open, closed or local)", r.OnStoreFailure)
+	}
+	return "", ""
+}
+
+func (r Rule) compileTier(p *algo.Params) (field, msg string) {
+	switch r.Tier {
+	case TierExact, "", TierLocalShare:
+		if r.Budget != 0 {
+			return "budget", "needs tier write_back"
+		}
+		if r.Tier == TierLocalShare && (p.Kind != algo.FixedWindow || p.Cal != algo.CalNone) {
+			return "tier", "local_share needs algorithm fixed_window with a period (a slice is a number of requests of the current window); use exact or write_back"
+		}
+		if r.Tier == TierLocalShare && r.Mode != Hard && r.Mode != "" {
+			return "tier", "local_share needs mode hard"
+		}
+	case TierWriteBack:
+		// !(a && b) rather than a || b: NaN fails both comparisons.
+		if !(r.Budget > 0 && r.Budget <= 0.5) {
+			return "budget", fmt.Sprintf("must be above 0 and at most 0.5 (50%%), got %g", r.Budget)
+		}
+	default:
+		return "tier", fmt.Sprintf("unknown tier %q (want exact, local_share or write_back)", r.Tier)
 	}
 	return "", ""
 }

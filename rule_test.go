@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,18 @@ func TestBadRulesNameTheField(t *testing.T) {
 		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, CountRejected: true}, "count_rejected"},
 		{floodgate.Rule{Limit: 1, Period: 87_600 * time.Hour, Burst: 1_000_000_000}, "burst"},
 		{floodgate.Rule{Limit: 1, Period: time.Second, Burst: 1 << 51}, "burst"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: "nearby"}, "tier"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack}, "budget"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.6}, "budget"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: -0.01}, "budget"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: math.NaN()}, "budget"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Budget: 0.01}, "budget"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierExact, Budget: 0.01}, "budget"},
+		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, Tier: floodgate.TierLocalShare, Budget: 0.01}, "budget"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierLocalShare}, "tier"},
+		{floodgate.Rule{Algorithm: floodgate.SlidingLog, Limit: 5, Period: time.Hour, Tier: floodgate.TierLocalShare}, "tier"},
+		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Calendar: floodgate.CalendarDay, Tier: floodgate.TierLocalShare}, "tier"},
+		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, Mode: floodgate.Soft, SoftPercent: 10, Tier: floodgate.TierLocalShare}, "tier"},
 	}
 	for i, c := range cases {
 		_, err := floodgate.NewPolicy("p", c.rule)
@@ -108,5 +121,18 @@ func TestRuleErrorNamesThePackage(t *testing.T) {
 	_, err = floodgate.NewPolicy("p")
 	if err == nil || !strings.HasPrefix(err.Error(), "floodgate: policy: ") {
 		t.Errorf("a policy's error: %v", err)
+	}
+}
+
+func TestTiersCompile(t *testing.T) {
+	for _, r := range []floodgate.Rule{
+		{Limit: 5, Period: time.Hour, Tier: floodgate.TierExact},
+		{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.01},
+		{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.5},
+		{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, Tier: floodgate.TierLocalShare},
+	} {
+		if _, err := floodgate.NewPolicy("p", r); err != nil {
+			t.Errorf("%+v: %v", r, err)
+		}
 	}
 }

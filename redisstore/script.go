@@ -39,6 +39,9 @@ const (
 	// MoveFunction carries a key's state from one policy to another
 	// (Store.Move; 95_move.lua).
 	MoveFunction = "floodgate_v1_move"
+	// ShareFunction gives back what is left of a local share's slice and
+	// takes a new one (floodgate.TierLocalShare; 97_share.lua).
+	ShareFunction = "floodgate_v1_share"
 )
 
 // legacyBatchFunction is the batch function of releases before groups (its
@@ -81,16 +84,21 @@ func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV, true)\n
 func Library() string {
 	fn := func(name, call string) string {
 		return "redis.register_function('" + name + "', function(keys, args)\n" +
-			"  if apply == nil then apply, batch, move = init() end\n" +
+			"  if apply == nil then apply, batch, move, share = init() end\n" +
 			"  return " + call + "\nend)\n"
 	}
 	return "#!lua name=" + LibraryName + "\n" +
-		"local apply, batch, move\nlocal function init()\n" + luaBody() + "return apply, batch, move\nend\n" +
+		"local apply, batch, move, share\nlocal function init()\n" + luaBody() + "return apply, batch, move, share\nend\n" +
 		fn(Function, "apply(keys, args)") +
 		fn(BatchFunction, "batch(keys, args, true)") +
 		fn(legacyBatchFunction, "batch(keys, args, false)") +
-		fn(MoveFunction, "move(keys, args)")
+		fn(MoveFunction, "move(keys, args)") +
+		fn(ShareFunction, "share(keys, args)")
 }
+
+// ShareScript returns the code of ShareFunction as one script for
+// EVAL/EVALSHA.
+func ShareScript() string { return luaBody() + "return share(KEYS, ARGV)\n" }
 
 // MoveScript returns the code of MoveFunction as one script for
 // EVAL/EVALSHA.

@@ -96,6 +96,12 @@ type Options struct {
 	// keeps for rules that fail to a local limit, to seed the local limiter
 	// and charge back what it admitted (localsync.go; default 65536).
 	LocalKeys int
+	// ShareKeys bounds the keys holding a local share's slice at once
+	// (floodgate.TierLocalShare; share.go; default 1024); the others are
+	// decided exactly. ShareHotRate is how many decisions in one second
+	// promote a key to a slice (default 10).
+	ShareKeys    int
+	ShareHotRate int
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -108,6 +114,8 @@ type Store struct {
 	// functions.
 	batchScript *rueidis.Lua
 	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
+	shareScript *rueidis.Lua // ShareFunction as a script, likewise
+	shares      *shares      // local share's slices (share.go)
 	co          *coalescer   // nil: every decision is a call of its own
 	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
@@ -190,7 +198,8 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
-		moveScript: rueidis.NewLuaScript(MoveScript())}
+		moveScript: rueidis.NewLuaScript(MoveScript()), shareScript: rueidis.NewLuaScript(ShareScript())}
+	s.shares = newShares(s)
 	if opts.MaxTimeout > opts.Timeout {
 		s.adapt = newAdaptive(opts.Timeout, opts.MaxTimeout)
 	}
@@ -246,6 +255,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.LocalKeys <= 0 {
 		o.LocalKeys = 1 << 16
 	}
+	if o.ShareKeys <= 0 {
+		o.ShareKeys = 1024
+	}
+	if o.ShareHotRate <= 0 {
+		o.ShareHotRate = 10
+	}
 	return o, nil
 }
 
@@ -265,6 +280,7 @@ func newBreakers(mode rueidis.ClientMode, opts Options) []breaker {
 
 // Close closes the store's connections (when New opened them).
 func (s *Store) Close() error {
+	s.shares.close() // gives back the slices: before the connections go
 	s.stopMonitor()
 	s.local.close()
 	if s.co != nil {
@@ -301,6 +317,8 @@ type Stats struct {
 	// local decisions on keys that found no room to be seeded and charged
 	// back (Options.LocalKeys; localsync.go).
 	LocalCharged, LocalUntracked int64
+	// Share counts local share's slices (floodgate.TierLocalShare).
+	Share ShareStats
 }
 
 // Stats returns the store's counters.
@@ -308,7 +326,8 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
 		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
 		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
-		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
+		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load(),
+		Share: s.shares.stats()}
 }
 
 // Ping asks Redis (every node of a Cluster) to answer, by ctx's end: what

@@ -386,6 +386,47 @@ descriptors:
 		`bad.yaml:15: descriptors[5].rate_limit.mode: unknown mode "gentle" (want hard or soft)`,
 	}},
 
+	{"tiers", `domain: x
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1, tier: nearby}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 1, tier: write_back}
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 1, budget: 1%}
+  - key: d
+    rate_limit: {unit: second, requests_per_unit: 1, tier: local_share, budget: 1%}
+  - key: e
+    rate_limit: {unit: second, requests_per_unit: 1, tier: write_back, budget: 60%}
+  - key: f
+    rate_limit: {unit: second, requests_per_unit: 1, tier: write_back, budget: 0%}
+  - key: g
+    rate_limit: {unit: second, requests_per_unit: 1, tier: write_back, budget: 0.01}
+  - key: h
+    rate_limit: {unit: second, requests_per_unit: 1, tier: write_back, budget: [1]}
+  - key: i
+    rate_limit: {unit: second, requests_per_unit: 1, tier: local_share, algorithm: token_bucket}
+  - key: j
+    rate_limit: {calendar: day, requests_per_unit: 1, tier: local_share}
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1, tier: 5}
+  - key: l
+    rate_limit: {unit: second, requests_per_unit: 1, tier: local_share, mode: soft, soft_percent: 10}
+`, []string{
+		`bad.yaml:4: descriptors[0].rate_limit.tier: unknown tier "nearby" (want exact, local_share or write_back)`,
+		`bad.yaml:6: descriptors[1].rate_limit.tier: write_back needs budget: the overshoot accepted, as a percentage of the limit such as 1%`,
+		`bad.yaml:8: descriptors[2].rate_limit.budget: needs tier: write_back`,
+		`bad.yaml:10: descriptors[3].rate_limit.budget: needs tier: write_back`,
+		`bad.yaml:12: descriptors[4].rate_limit.budget: 60% is out of range (above 0% and at most 50%)`,
+		`bad.yaml:14: descriptors[5].rate_limit.budget: 0% is out of range (above 0% and at most 50%)`,
+		`bad.yaml:16: descriptors[6].rate_limit.budget: want a percentage of the limit such as 1%, got "0.01"`,
+		`bad.yaml:18: descriptors[7].rate_limit.budget: want a percentage of the limit such as 1%, got a list`,
+		`bad.yaml:20: descriptors[8].rate_limit.tier: local_share needs algorithm fixed_window with a period (a slice is a number of requests of the current window); use exact or write_back`,
+		`bad.yaml:22: descriptors[9].rate_limit.tier: local_share needs algorithm fixed_window with a period (a slice is a number of requests of the current window); use exact or write_back`,
+		`bad.yaml:24: descriptors[10].rate_limit.tier: unknown tier "5" (want exact, local_share or write_back)`,
+		`bad.yaml:26: descriptors[11].rate_limit.tier: local_share needs mode hard`,
+	}},
+
 	{"domain failure defaults", `domain: x
 failure_mode: local
 descriptors: []

@@ -538,3 +538,33 @@ func TestCalendarMonthOption(t *testing.T) {
 		t.Errorf("LoadDirWith: %v", errs)
 	}
 }
+
+func TestTiers(t *testing.T) {
+	c := mustConfig(t, `domain: eng
+descriptors:
+  - key: share
+    rate_limit: {unit: second, requests_per_unit: 100, tier: local_share}
+  - key: wb
+    rate_limit: {unit: second, requests_per_unit: 100, tier: write_back, budget: 1.5%}
+  - key: exact
+    rate_limit: {unit: second, requests_per_unit: 100, tier: exact}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 100}
+`)
+	for key, want := range map[string]struct {
+		tier   floodgate.Tier
+		budget float64
+	}{
+		"share": {floodgate.TierLocalShare, 0}, "wb": {floodgate.TierWriteBack, 0.015},
+		"exact": {floodgate.TierExact, 0}, "plain": {"", 0},
+	} {
+		m := c.Match("eng", es(key, "v"))
+		if m == nil {
+			t.Fatalf("%s: no match", key)
+		}
+		r := m.Limit.Policy.Rules()[0]
+		if r.Tier != want.tier || r.Budget != want.budget {
+			t.Errorf("%s: tier %q budget %g, want %q %g", key, r.Tier, r.Budget, want.tier, want.budget)
+		}
+	}
+}

@@ -371,6 +371,8 @@ func (p *parser) rule(s *spec, list bool) (floodgate.Rule, ruleInfo, bool) {
 		SoftPercent:    s.softPercent,
 		OnStoreFailure: floodgate.FailureMode(fm),
 		LocalPercent:   pct,
+		Tier:           floodgate.Tier(s.tier),
+		Budget:         s.budget,
 	}
 	if !list {
 		r.Name = "" // a single rate_limit's name names the limit, not the rule
@@ -406,6 +408,7 @@ var specNeeds = []struct {
 	{"time_zone", func(s *spec) bool { return s.has("calendar") }, "only calendar windows have a time zone"},
 	{"week_start", func(s *spec) bool { return s.calendar == "week" }, "only calendar: week windows have a first weekday"},
 	{"soft_percent", func(s *spec) bool { return s.mode == "soft" }, "needs mode: soft"},
+	{"budget", func(s *spec) bool { return s.tier == "write_back" }, "needs tier: write_back"},
 }
 
 // specProblem is the first problem of s's fields together: what is
@@ -431,6 +434,9 @@ func specProblem(s *spec) problem {
 	}
 	if s.mode == "soft" && !s.has("soft_percent") {
 		return problem{"mode", "soft needs soft_percent: how far beyond the limit to admit, in percent"}
+	}
+	if s.tier == "write_back" && !s.has("budget") {
+		return problem{"tier", "write_back needs budget: the overshoot accepted, as a percentage of the limit such as 1%"}
 	}
 	return problem{}
 }
@@ -516,6 +522,8 @@ func describeRule(info *ruleInfo, r floodgate.Rule, s *spec) {
 	info.CountReject = s.countRej
 	info.FailureMode = string(r.OnStoreFailure)
 	info.LocalPct = r.LocalPercent
+	info.Tier = s.tier
+	info.Budget = s.budget
 }
 
 // engineField maps a floodgate.RuleError field to the rules-file field.
@@ -536,6 +544,8 @@ var engineField = map[string]string{
 	"on_store_failure": "failure_mode",
 	"count_rejected":   "count_rejected",
 	"name":             "name",
+	"tier":             "tier",
+	"budget":           "budget",
 }
 
 // ruleError reports a floodgate.RuleError at the field it names.

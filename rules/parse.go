@@ -49,7 +49,8 @@ var (
 		"value_to_metric", "share_threshold", "metadata"}
 	ruleFields = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
 		"window", "calendar", "time_zone", "week_start", "algorithm", "burst", "refill", "granularity",
-		"mode", "soft_percent", "elastic_ceiling", "count_rejected", "failure_mode", "local_percent"}
+		"mode", "soft_percent", "elastic_ceiling", "count_rejected", "failure_mode", "local_percent",
+		"tier", "budget"}
 )
 
 // Options change how files are read, for settings envoyproxy/ratelimit

@@ -123,22 +123,24 @@ type Limit struct {
 
 // ruleInfo is how a rule was written, for JSON.
 type ruleInfo struct {
-	Name        string `json:"name"`
-	Algorithm   string `json:"algorithm"`
-	Limit       int64  `json:"requests_per_unit"`
-	Unit        string `json:"unit,omitempty"`
-	Window      string `json:"window,omitempty"`
-	Calendar    string `json:"calendar,omitempty"`
-	TimeZone    string `json:"time_zone,omitempty"`
-	WeekStart   string `json:"week_start,omitempty"`
-	Burst       int64  `json:"burst,omitempty"`
-	Refill      string `json:"refill,omitempty"`
-	Granularity string `json:"granularity,omitempty"`
-	Mode        string `json:"mode,omitempty"`
-	SoftPercent int64  `json:"soft_percent,omitempty"`
-	CountReject bool   `json:"count_rejected,omitempty"`
-	FailureMode string `json:"failure_mode,omitempty"`
-	LocalPct    int64  `json:"local_percent,omitempty"`
+	Name        string  `json:"name"`
+	Algorithm   string  `json:"algorithm"`
+	Limit       int64   `json:"requests_per_unit"`
+	Unit        string  `json:"unit,omitempty"`
+	Window      string  `json:"window,omitempty"`
+	Calendar    string  `json:"calendar,omitempty"`
+	TimeZone    string  `json:"time_zone,omitempty"`
+	WeekStart   string  `json:"week_start,omitempty"`
+	Burst       int64   `json:"burst,omitempty"`
+	Refill      string  `json:"refill,omitempty"`
+	Granularity string  `json:"granularity,omitempty"`
+	Mode        string  `json:"mode,omitempty"`
+	SoftPercent int64   `json:"soft_percent,omitempty"`
+	CountReject bool    `json:"count_rejected,omitempty"`
+	FailureMode string  `json:"failure_mode,omitempty"`
+	LocalPct    int64   `json:"local_percent,omitempty"`
+	Tier        string  `json:"tier,omitempty"`
+	Budget      float64 `json:"budget,omitempty"` // a fraction of the limit
 }
 
 // matchKind is how a descriptor node matches a request entry's value.

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type spec struct {
 	countRej    bool
 	failMode    string
 	localPct    int64
+	tier        string
+	budget      float64 // a fraction of the limit
 }
 
 func (s *spec) has(f string) bool { return s.set[f] }
@@ -77,6 +80,8 @@ var specReaders = map[string]specReader{
 	"count_rejected":    specBool(func(s *spec) *bool { return &s.countRej }),
 	"failure_mode":      specChoice("failure mode", []string{"open", "closed", "local"}, func(s *spec) *string { return &s.failMode }),
 	"local_percent":     specInt(1, 100, func(s *spec) *int64 { return &s.localPct }),
+	"tier":              specChoice("tier", []string{"exact", "local_share", "write_back"}, func(s *spec) *string { return &s.tier }),
+	"budget":            (*parser).specBudget,
 }
 
 // readSpec reads a rate_limit mapping.
@@ -255,4 +260,25 @@ func (p *parser) specMode(s *spec, v *yaml.Node, path string) bool {
 func (p *parser) specElastic(_ *spec, v *yaml.Node, path string) bool {
 	p.add(v.Line, path, "elastic mode is not available in rules files (it needs a live spare-capacity signal); use mode: soft with soft_percent")
 	return false
+}
+
+// specBudget reads a write-back budget written as a percentage of the
+// limit ("1%", "0.5%"), above 0 and at most 50%.
+func (p *parser) specBudget(s *spec, v *yaml.Node, path string) bool {
+	if v.Kind != yaml.ScalarNode || isNull(v) {
+		p.add(v.Line, path, "want a percentage of the limit such as 1%%, got %s", kindName(v))
+		return false
+	}
+	num, ok := strings.CutSuffix(strings.TrimSpace(v.Value), "%")
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !ok || err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		p.add(v.Line, path, "want a percentage of the limit such as 1%%, got %q", v.Value)
+		return false
+	}
+	if f <= 0 || f > 50 {
+		p.add(v.Line, path, "%s is out of range (above 0%% and at most 50%%)", v.Value)
+		return false
+	}
+	s.budget = f / 100
+	return true
 }

@@ -113,6 +113,7 @@ func TestSpecNeedsTable(t *testing.T) {
 		"time_zone":       {"unit: day, time_zone: UTC", "calendar: day, time_zone: UTC"},
 		"week_start":      {"calendar: day, week_start: monday", "calendar: week, week_start: monday"},
 		"soft_percent":    {"unit: minute, mode: hard, soft_percent: 10", "unit: minute, mode: soft, soft_percent: 10"},
+		"budget":          {"unit: minute, tier: exact, budget: 1%", "unit: minute, tier: write_back, budget: 1%"},
 	}
 	if len(cases) != len(specNeeds) {
 		t.Fatalf("%d cases for %d entries of specNeeds", len(cases), len(specNeeds))

@@ -330,6 +330,7 @@ type storeCollector struct {
 	rs                                       *redisstore.Store
 	calls, errs, timeouts, degraded, breaker *prometheus.Desc
 	localCharged, localUntracked             *prometheus.Desc
+	share                                    [6]*prometheus.Desc // redisstore.ShareStats, in its order
 }
 
 func newStoreCollector(rs *redisstore.Store) *storeCollector {
@@ -344,12 +345,23 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 			"Requests admitted by rules failing to local while Redis was away, and charged back to Redis when it answered again."),
 		localUntracked: d("floodgate_store_local_untracked_total",
 			"Decisions of rules failing to local on keys beyond --store-local-keys: limited from zero, never charged back."),
+		share: [6]*prometheus.Desc{
+			d("floodgate_store_share_calls_total", "Local share: calls taking or giving back a slice of a hot key's quota."),
+			d("floodgate_store_share_local_total", "Local share: decisions made from a slice, without Redis."),
+			d("floodgate_store_share_keys", "Local share: keys holding a slice now."),
+			d("floodgate_store_share_nodes", "Local share: live nodes, as last read from their heartbeats."),
+			d("floodgate_store_share_returned_total", "Local share: requests of slices given back to Redis unspent."),
+			d("floodgate_store_share_lost_total", "Local share: requests of slices that expired unspent or could not be given back."),
+		},
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked} {
+		ch <- d
+	}
+	for _, d := range c.share {
 		ch <- d
 	}
 }
@@ -368,6 +380,14 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, open)
 	ch <- prometheus.MustNewConstMetric(c.localCharged, prometheus.CounterValue, float64(st.LocalCharged))
 	ch <- prometheus.MustNewConstMetric(c.localUntracked, prometheus.CounterValue, float64(st.LocalUntracked))
+	sh := st.Share
+	for i, v := range []float64{float64(sh.Takes), float64(sh.Local), float64(sh.Keys), float64(sh.Nodes), float64(sh.Returned), float64(sh.Lost)} {
+		kind := prometheus.CounterValue
+		if i == 2 || i == 3 {
+			kind = prometheus.GaugeValue
+		}
+		ch <- prometheus.MustNewConstMetric(c.share[i], kind, v)
+	}
 }
 
 // command is serve's and proxy's frame: a flag error (flagErr) exits 2,
