@@ -12,10 +12,19 @@ import (
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
 
-// Do performs op in one script call.
+// Do performs op in one script call, or answers a refusal from the near
+// cache (near.go).
 func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
 	if op.Policy == nil {
 		return floodgate.Decision{}, errNoPolicy
+	}
+	var at int64 // the near clock as the call starts
+	if s.near != nil {
+		at = s.nearNow(now)
+		var d floodgate.Decision
+		if op.Kind == floodgate.OpAllow && s.near.lookup(at, &op, &d) {
+			return d, nil
+		}
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
 	s.checkMaster()
@@ -59,6 +68,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		s.answered(start.UnixMicro())
 		brk.success()
 		s.local.answered(&op, &d, now)
+		s.nearLearn(at, &op, &d)
 		return d, nil
 	}
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure

@@ -96,6 +96,13 @@ type Options struct {
 	// keeps for rules that fail to a local limit, to seed the local limiter
 	// and charge back what it admitted (localsync.go; default 65536).
 	LocalKeys int
+	// NoNearCache asks Redis for every decision. By default a key that
+	// Redis refused until T is refused here, without a call, until T, for
+	// requests of at least the refused cost (the near cache: near.go and
+	// docs/REDIS.md). It never admits more than asking Redis would; it
+	// stays off for policies with an elastic rule or a sliding log that
+	// counts refusals.
+	NoNearCache bool
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -137,6 +144,9 @@ type Store struct {
 
 	deadline atomic.Pointer[sharedDeadline]
 	early    atomic.Pointer[sharedDeadline] // storeContext's, by the millisecond it ends in
+
+	near     *nearCache // nil: Options.NoNearCache
+	nearBase time.Time  // the near clock's zero without ClientTime (monotonic)
 }
 
 // New connects to Redis at url:
@@ -198,6 +208,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
 	}
 	s.scriptMode.Store(opts.NoFunctions)
+	if !opts.NoNearCache {
+		s.near, s.nearBase = newNearCache(), time.Now()
+	}
 	s.brks = newBreakers(c.Mode(), opts)
 	if c.Mode() == rueidis.ClientModeSentinel {
 		s.follow = newFollower(c, s.switched)
@@ -301,6 +314,9 @@ type Stats struct {
 	// local decisions on keys that found no room to be seeded and charged
 	// back (Options.LocalKeys; localsync.go).
 	LocalCharged, LocalUntracked int64
+	// NearHits counts the requests the near cache refused without asking
+	// Redis (Options.NoNearCache); they are not in Calls.
+	NearHits int64
 }
 
 // Stats returns the store's counters.
@@ -308,7 +324,7 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
 		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
 		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
-		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
+		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load(), NearHits: s.nearHits()}
 }
 
 // Ping asks Redis (every node of a Cluster) to answer, by ctx's end: what

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// Four floodgate serve processes on one Redis, one hot key asked at ten
+// times its limit of 20 a second for three fixed windows: with the near
+// cache (the default) every window admits exactly the limit, as without
+// it (exact mode), and far fewer decisions are asked of Redis.
+//
+// Requests are sent only from 50 ms after a window starts to 50 ms before
+// it ends (Redis's clock is this host's), and each admission is counted in
+// the window its whole round trip lies in; one whose round trip crosses a
+// boundary (a starved host) may belong to either window.
+func TestNearCacheFleetAdmitsExactly(t *testing.T) {
+	redistest.Require(t)
+	const limit, windows = 20, 3
+	for _, near := range []bool{true, false} {
+		t.Run(fmt.Sprintf("near_cache=%v", near), func(t *testing.T) {
+			srv := redistest.Standalone(t)
+			dir := t.TempDir()
+			writeRules(t, dir, "near.yaml", fmt.Sprintf("domain: near\ndescriptors:\n  - key: hot\n    rate_limit: {unit: second, requests_per_unit: %d}\n", limit))
+			servers := make([]*server, 4)
+			var wg sync.WaitGroup
+			for i := range servers {
+				wg.Go(func() {
+					servers[i] = startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr,
+						"--store-timeout", "10s", fmt.Sprintf("--store-near-cache=%v", near))
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			for _, s := range servers { // loads the library; counts in a window before the test's
+				s.ask(t, "near", desc("hot", "warm"))
+			}
+			calls0, hits0 := fleetMetric(t, servers, "floodgate_store_calls_total"), fleetMetric(t, servers, "floodgate_store_near_cache_hits_total")
+
+			w0 := time.Now().Truncate(time.Second).Add(time.Second)
+			definite := make([]int, windows)  // admitted, round trip within window w
+			ambiguous := make([]int, windows) // admitted, round trip from window w into w+1
+			var mu sync.Mutex
+			decisions := 0
+			for i := range 8 { // 8 workers at 25 a second each: 200 a second, 10× the limit
+				s := servers[i%len(servers)]
+				wg.Go(func() {
+					for next := w0.Add(50*time.Millisecond + time.Duration(i)*5*time.Millisecond); ; next = next.Add(40 * time.Millisecond) {
+						w := int(next.Sub(w0) / time.Second)
+						if w >= windows {
+							return
+						}
+						if into := next.Sub(w0.Add(time.Duration(w) * time.Second)); into < 50*time.Millisecond || into >= 950*time.Millisecond {
+							continue
+						}
+						time.Sleep(time.Until(next))
+						sent := time.Now()
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "near", Descriptors: []*rlcommon.RateLimitDescriptor{desc("hot", "k")}})
+						cancel()
+						got := time.Now()
+						if err != nil {
+							t.Errorf("ShouldRateLimit: %v", err)
+							return
+						}
+						mu.Lock()
+						decisions++
+						if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+							ws, wr := int(sent.Sub(w0)/time.Second), int(got.Sub(w0)/time.Second)
+							if ws == wr {
+								definite[ws]++
+							} else {
+								ambiguous[ws]++
+							}
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			for w := range windows {
+				lo := definite[w]
+				hi := definite[w] + ambiguous[w]
+				if w > 0 {
+					hi += ambiguous[w-1]
+				}
+				if lo > limit || hi < limit {
+					t.Errorf("window %d admitted %d (and %d that may belong to it), want exactly %d", w, lo, hi-lo, limit)
+				}
+			}
+			calls := fleetMetric(t, servers, "floodgate_store_calls_total") - calls0
+			hits := fleetMetric(t, servers, "floodgate_store_near_cache_hits_total") - hits0
+			t.Logf("near cache %v: %d decisions, %.0f asked of Redis (%.3f a decision), %.0f answered by the near cache; admitted per window %v (+%v across a boundary)",
+				near, decisions, calls, calls/float64(decisions), hits, definite, ambiguous)
+			switch {
+			case near && (hits == 0 || calls > float64(decisions)/2):
+				t.Errorf("with the near cache, %.0f of %d decisions were asked of Redis (%.0f answered by it), want under half", calls, decisions, hits)
+			case !near && (hits != 0 || calls != float64(decisions)):
+				t.Errorf("without the near cache, %.0f of %d decisions were asked of Redis and %.0f answered by it, want all and none", calls, decisions, hits)
+			}
+		})
+	}
+}
+
+// fleetMetric sums a metric over servers' /metrics.
+func fleetMetric(t *testing.T, servers []*server, name string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, s := range servers {
+		sum += metricValue(t, s.http, name)
+	}
+	return sum
+}

@@ -1,0 +1,156 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
+)
+
+// The near cache: once Redis refuses a key until T, the store refuses it
+// again here until T without asking Redis. A refused request consumes
+// nothing, so this admits nothing exact mode would not; docs/REDIS.md
+// ("The near cache") has the argument and where it stays off.
+
+// nearSlots is the size of the near cache's table: fixed, never grown.
+const nearSlots = 1 << 16
+
+// nearEntry is one refusal Redis made: a request on key under the policy of
+// version of at least cost is refused until until (the near clock), as d
+// says. Entries are immutable; a slot's entry is replaced whole.
+type nearEntry struct {
+	version   uint64
+	key       string
+	cost, top int64 // the costs answered: cost to top (beyond, Redis says no wait helps)
+	at, until int64 // the near clock, µs: the call's start and at + d.RetryAfter
+	d         floodgate.Decision
+}
+
+// nearCache is a direct-mapped table of refusals: a key's slot is its
+// hash's, and a new refusal takes the slot of whatever was there (losing
+// an entry only costs a call to Redis). Lookups and stores are one atomic
+// load or store of the slot, so a hot key's readers share no lock.
+type nearCache struct {
+	seed  maphash.Seed
+	slots []atomic.Pointer[nearEntry]
+	hits  atomic.Int64
+}
+
+func newNearCache() *nearCache {
+	return &nearCache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[nearEntry], nearSlots)}
+}
+
+// slot returns key's slot under the policy of version.
+func (c *nearCache) slot(version uint64, key string) *atomic.Pointer[nearEntry] {
+	h := maphash.String(c.seed, key) ^ version*0x9e3779b97f4a7c15
+	return &c.slots[(h^h>>32)&(nearSlots-1)]
+}
+
+// lookup answers op at now (the near clock) when a refusal Redis made still
+// covers it, into *d.
+func (c *nearCache) lookup(now int64, op *floodgate.Op, d *floodgate.Decision) bool {
+	v := storekit.Version(op.Policy)
+	e := c.slot(v, op.Key).Load()
+	if e == nil || e.version != v || now < e.at || now >= e.until || op.Cost < e.cost || op.Cost > e.top || e.key != op.Key {
+		return false
+	}
+	*d = e.d
+	d.RetryAfter = time.Duration(e.until-now) * time.Microsecond
+	d.ResetAfter = max(d.RetryAfter, e.d.ResetAfter-time.Duration(now-e.at)*time.Microsecond)
+	c.hits.Add(1)
+	return true
+}
+
+// learn records what Redis answered to op, asked at at (the near clock):
+// a refusal that waiting ends is kept; an operation that gives back or
+// forgets what the key consumed drops the key's entry.
+func (c *nearCache) learn(at int64, op *floodgate.Op, d *floodgate.Decision) {
+	switch op.Kind {
+	case floodgate.OpAllow:
+	case floodgate.OpRefund, floodgate.OpReset, floodgate.OpCharge:
+		c.forget(op.Policy, op.Key)
+		return
+	default:
+		return
+	}
+	if d.Allowed || d.Degraded || d.Reason != floodgate.ReasonLimited || d.RetryAfter <= 0 {
+		return
+	}
+	top, ok := nearTop(op.Policy)
+	if !ok || op.Cost > top {
+		return
+	}
+	v := storekit.Version(op.Policy)
+	c.slot(v, op.Key).Store(&nearEntry{version: v, key: op.Key, cost: op.Cost, top: top, at: at,
+		until: at + d.RetryAfter.Microseconds(), d: *d})
+}
+
+// forget drops key's entry under p, if it has one.
+func (c *nearCache) forget(p *floodgate.Policy, key string) {
+	v := storekit.Version(p)
+	s := c.slot(v, key)
+	if e := s.Load(); e != nil && e.version == v && e.key == key {
+		s.CompareAndSwap(e, nil)
+	}
+}
+
+// nearTop returns the largest cost every rule of p can ever admit (its
+// ceiling: a costlier request is refused with no wait that helps), and
+// whether the near cache may answer for p at all: no rule counts its
+// refusals (a sliding log with CountRejected: a refusal answered here
+// would not be recorded) and none is elastic (its capacity moves with the
+// spare signal, so a refusal says nothing of the next request).
+func nearTop(p *floodgate.Policy) (int64, bool) {
+	top := int64(math.MaxInt64)
+	for i := range compiledOf(p).Params {
+		r := &compiledOf(p).Params[i]
+		if r.CountRejected || r.Elastic > 0 {
+			return 0, false
+		}
+		top = min(top, r.Ceiling(false))
+	}
+	return top, true
+}
+
+// nearNow is the clock the near cache keeps time on, in µs: the caller's
+// now when it decides (Options.ClientTime); else this process's monotonic
+// clock, which runs at the rate of Redis's, whose TIME decides.
+func (s *Store) nearNow(now int64) int64 {
+	if s.opts.ClientTime || s.near == nil {
+		return now
+	}
+	return time.Since(s.nearBase).Microseconds()
+}
+
+// nearLearn records Redis's answer d to op, asked at at (the near clock).
+func (s *Store) nearLearn(at int64, op *floodgate.Op, d *floodgate.Decision) {
+	if s.near != nil {
+		s.near.learn(at, op, d)
+	}
+}
+
+// nearLen returns how many slots of the near cache hold an entry (live or
+// expired): at most its fixed size.
+func (s *Store) nearLen() int {
+	if s.near == nil {
+		return 0
+	}
+	n := 0
+	for i := range s.near.slots {
+		if s.near.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// nearHits returns the near cache's answers so far.
+func (s *Store) nearHits() int64 {
+	if s.near == nil {
+		return 0
+	}
+	return s.near.hits.Load()
+}

@@ -1,0 +1,86 @@
+package redisstore
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storekit"
+)
+
+// The near cache's premise, for every algorithm in hard and soft mode: a
+// refusal of cost c at t with RetryAfter r holds for every request of a
+// cost from c up to the policy's ceiling until t+r while the key only
+// consumes (allows, charges). Random traces on the engine's own math
+// (storekit.Apply, which the Lua mirrors) play Redis; every answer the near
+// cache gives must be the refusal the engine gives, and consume nothing.
+func TestNearCacheNeverAnswersWhatRedisWouldAdmit(t *testing.T) {
+	algos := []floodgate.Rule{
+		{Algorithm: floodgate.TokenBucket},
+		{Algorithm: floodgate.TokenBucket, Refill: floodgate.RefillInterval},
+		{Algorithm: floodgate.LeakyBucket},
+		{Algorithm: floodgate.LeakyBucketShaper},
+		{Algorithm: floodgate.GCRA},
+		{Algorithm: floodgate.FixedWindow},
+		{Algorithm: floodgate.SlidingLog},
+		{Algorithm: floodgate.SlidingWindow},
+		{Algorithm: floodgate.SlidingSubwindow, Granularity: 100 * time.Millisecond},
+	}
+	rng := rand.New(rand.NewPCG(19, 1))
+	answered, skipped := 0, 0
+	for trace := range 600 {
+		var rules []floodgate.Rule
+		for i := range 1 + rng.IntN(2) {
+			r := algos[rng.IntN(len(algos))]
+			r.Name = string(rune('a' + i))
+			r.Limit = 1 + rng.Int64N(8)
+			r.Period = time.Duration(1+rng.IntN(4)) * time.Second
+			if r.Algorithm == floodgate.TokenBucket && r.Refill == "" && rng.IntN(2) == 0 {
+				r.Burst = r.Limit + rng.Int64N(4)
+			}
+			if rng.IntN(3) == 0 {
+				r.Mode, r.SoftPercent = floodgate.Soft, 50
+			}
+			rules = append(rules, r)
+		}
+		p, err := floodgate.NewPolicy("m", rules...)
+		if err != nil { // a mode the algorithm does not take
+			skipped++
+			continue
+		}
+		c := newNearCache()
+		state := make([]int64, storekit.Width(p))
+		now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		for step := range 300 {
+			now += rng.Int64N(150_000)
+			kind := floodgate.OpAllow
+			if rng.IntN(6) == 0 {
+				kind = floodgate.OpCharge // others' consumption, beside their allows
+			}
+			op := p.Op(kind, "k", rng.Int64N(5), 0)
+			var d floodgate.Decision
+			if kind == floodgate.OpAllow && c.lookup(now, &op, &d) {
+				answered++
+				before := append([]int64(nil), state...)
+				exact := storekit.Apply(p, state, now, op)
+				if exact.Allowed || exact.Reason != floodgate.ReasonLimited {
+					t.Fatalf("trace %d step %d (%v): the near cache refused cost %d, the engine says %+v",
+						trace, step, rules, op.Cost, exact)
+				}
+				if d.RetryAfter > exact.RetryAfter && op.Cost == c.slot(storekit.Version(p), "k").Load().cost {
+					t.Fatalf("trace %d step %d: near %+v, engine %+v", trace, step, d, exact)
+				}
+				copy(state, before) // the engine's refusal consumed nothing (nor may the cache's)
+				continue
+			}
+			d = storekit.Apply(p, state, now, op)
+			c.learn(now, &op, &d)
+		}
+	}
+	if answered < 1000 {
+		t.Errorf("the near cache answered %d requests in all the traces: the test says little", answered)
+	}
+	t.Logf("%d policies of 600 not valid, skipped", skipped)
+	t.Logf("%d requests answered by the near cache, each one the engine refused", answered)
+}
