@@ -2,29 +2,29 @@ package redisstore
 
 import (
 	"hash/maphash"
-	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/algo"
 	"github.com/floodgate/floodgate/storekit"
 )
 
-// The near cache: once Redis refuses a key until T, the store refuses it
-// again here until T without asking Redis. A refused request consumes
-// nothing, so this admits nothing exact mode would not; docs/REDIS.md
-// ("The near cache") has the argument and where it stays off.
+// The near cache: once Redis refuses a request of cost 1 on a key until T,
+// the store refuses the key's requests of cost 1 here until T without
+// asking Redis, with the decision Redis would give. A refused request
+// consumes nothing, so this admits nothing exact mode would not;
+// docs/REDIS.md ("The near cache") has the argument and where it stays off.
 
 // nearSlots is the size of the near cache's table: fixed, never grown.
 const nearSlots = 1 << 16
 
-// nearEntry is one refusal Redis made: a request on key under the policy of
-// version of at least cost is refused until until (the near clock), as d
-// says. Entries are immutable; a slot's entry is replaced whole.
+// nearEntry is one refusal Redis made: a request of cost 1 on key under the
+// policy of version is refused until until (the near clock), as d says.
+// Entries are immutable; a slot's entry is replaced whole.
 type nearEntry struct {
 	version   uint64
 	key       string
-	cost, top int64 // the costs answered: cost to top (beyond, Redis says no wait helps)
 	at, until int64 // the near clock, µs: the call's start and at + d.RetryAfter
 	d         floodgate.Decision
 }
@@ -50,11 +50,14 @@ func (c *nearCache) slot(version uint64, key string) *atomic.Pointer[nearEntry] 
 }
 
 // lookup answers op at now (the near clock) when a refusal Redis made still
-// covers it, into *d.
+// covers it, into *d: the decision Redis would make.
 func (c *nearCache) lookup(now int64, op *floodgate.Op, d *floodgate.Decision) bool {
+	if op.Cost != 1 {
+		return false
+	}
 	v := storekit.Version(op.Policy)
 	e := c.slot(v, op.Key).Load()
-	if e == nil || e.version != v || now < e.at || now >= e.until || op.Cost < e.cost || op.Cost > e.top || e.key != op.Key {
+	if e == nil || e.version != v || now < e.at || now >= e.until || e.key != op.Key {
 		return false
 	}
 	*d = e.d
@@ -65,27 +68,22 @@ func (c *nearCache) lookup(now int64, op *floodgate.Op, d *floodgate.Decision) b
 }
 
 // learn records what Redis answered to op, asked at at (the near clock):
-// a refusal that waiting ends is kept; an operation that gives back or
-// forgets what the key consumed drops the key's entry.
+// a refusal of cost 1 that waiting ends is kept; an admission, a
+// reservation, a charge, a refund or a reset drops the key's entry (the
+// key's state moved otherwise than by time).
 func (c *nearCache) learn(at int64, op *floodgate.Op, d *floodgate.Decision) {
-	switch op.Kind {
-	case floodgate.OpAllow:
-	case floodgate.OpRefund, floodgate.OpReset, floodgate.OpCharge:
+	switch {
+	case op.Kind == floodgate.OpPeek:
+		return
+	case op.Kind != floodgate.OpAllow || d.Allowed:
 		c.forget(op.Policy, op.Key)
 		return
-	default:
-		return
 	}
-	if d.Allowed || d.Degraded || d.Reason != floodgate.ReasonLimited || d.RetryAfter <= 0 {
-		return
-	}
-	top, ok := nearTop(op.Policy)
-	if !ok || op.Cost > top {
+	if op.Cost != 1 || d.Degraded || d.Reason != floodgate.ReasonLimited || d.RetryAfter <= 0 || !nearSafe(op.Policy) {
 		return
 	}
 	v := storekit.Version(op.Policy)
-	c.slot(v, op.Key).Store(&nearEntry{version: v, key: op.Key, cost: op.Cost, top: top, at: at,
-		until: at + d.RetryAfter.Microseconds(), d: *d})
+	c.slot(v, op.Key).Store(&nearEntry{version: v, key: op.Key, at: at, until: at + d.RetryAfter.Microseconds(), d: *d})
 }
 
 // forget drops key's entry under p, if it has one.
@@ -97,22 +95,20 @@ func (c *nearCache) forget(p *floodgate.Policy, key string) {
 	}
 }
 
-// nearTop returns the largest cost every rule of p can ever admit (its
-// ceiling: a costlier request is refused with no wait that helps), and
-// whether the near cache may answer for p at all: no rule counts its
-// refusals (a sliding log with CountRejected: a refusal answered here
-// would not be recorded) and none is elastic (its capacity moves with the
-// spare signal, so a refusal says nothing of the next request).
-func nearTop(p *floodgate.Policy) (int64, bool) {
-	top := int64(math.MaxInt64)
+// nearSafe reports whether the near cache may answer for p: no rule counts
+// its refusals (a sliding log with CountRejected: a refusal answered here
+// would not be recorded), none is elastic (its capacity moves with the
+// spare signal, so a refusal says nothing of the next request), and none
+// is a shaper (it refuses while its queue drains, and what it says
+// remains changes meanwhile).
+func nearSafe(p *floodgate.Policy) bool {
 	for i := range compiledOf(p).Params {
 		r := &compiledOf(p).Params[i]
-		if r.CountRejected || r.Elastic > 0 {
-			return 0, false
+		if r.CountRejected || r.Elastic > 0 || r.Kind == algo.LeakyShaper {
+			return false
 		}
-		top = min(top, r.Ceiling(false))
 	}
-	return top, true
+	return true
 }
 
 // nearNow is the clock the near cache keeps time on, in µs: the caller's

@@ -77,9 +77,10 @@ func TestNearCacheOff(t *testing.T) {
 	}
 }
 
-// A refusal of a costly request says nothing of a cheaper one: that goes
-// to Redis, and is admitted when it fits. A costlier one is answered.
-func TestNearCacheCheaperRequestAsksRedis(t *testing.T) {
+// Only requests of cost 1 are answered: a refusal of a costly request is
+// not kept (a cheaper one may fit, and a costlier one waits longer), and a
+// costly request on a key known refused goes to Redis.
+func TestNearCacheCostOneOnly(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
 	p := floodgate.MustPolicy("near", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second})
@@ -87,15 +88,11 @@ func TestNearCacheCheaperRequestAsksRedis(t *testing.T) {
 	if d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 7, 0)); err != nil || !d.Allowed {
 		t.Fatalf("7 of 10: %+v %v", d, err)
 	}
-	if d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 5, 0)); err != nil || d.Allowed {
-		t.Fatalf("5 more: %+v %v, want refused", d, err)
-	}
 	before := fcalls(t, srv.Addr)
-	if d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 6, 0)); err != nil || d.Allowed {
-		t.Fatalf("6 more: %+v %v, want refused", d, err)
-	}
-	if n := fcalls(t, srv.Addr) - before; n != 0 {
-		t.Errorf("a costlier request after a refusal took %d calls, want 0", n)
+	for range 2 {
+		if d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 5, 0)); err != nil || d.Allowed {
+			t.Fatalf("5 more: %+v %v, want refused", d, err)
+		}
 	}
 	for i := range 3 {
 		d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 1, 0))
@@ -103,8 +100,19 @@ func TestNearCacheCheaperRequestAsksRedis(t *testing.T) {
 			t.Fatalf("cheap request %d: %+v %v, want admitted (3 of 10 left)", i, d, err)
 		}
 	}
-	if n := fcalls(t, srv.Addr) - before; n != 3 {
-		t.Errorf("3 cheaper requests took %d calls, want 3", n)
+	if n := fcalls(t, srv.Addr) - before; n != 5 {
+		t.Errorf("2 costly refusals and 3 cheap admissions took %d calls, want 5", n)
+	}
+	for range 2 { // refused, then known refused
+		if d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 1, 0)); err != nil || d.Allowed {
+			t.Fatalf("the 11th: %+v %v, want refused", d, err)
+		}
+	}
+	if d, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 2, 0)); err != nil || d.Allowed || d.RetryAfter != 200*time.Millisecond {
+		t.Fatalf("cost 2: %+v %v, want refused for 200ms", d, err)
+	}
+	if n := fcalls(t, srv.Addr) - before; n != 7 {
+		t.Errorf("%d calls, want 7 (the second refusal of cost 1 answered here)", n)
 	}
 }
 
@@ -222,5 +230,43 @@ func TestNearCacheBounded(t *testing.T) {
 	n := redisstore.NearFill(s, p, 1_000_000, nearStart)
 	if n != redisstore.NearSlots {
 		t.Errorf("after 1M refused keys the near cache holds %d entries, want its %d slots", n, redisstore.NearSlots)
+	}
+}
+
+// BenchmarkNearCacheRefused is one caller's Do on a key Redis refuses for
+// the benchmark's whole run (a fixed window of an hour, spent), with the
+// near cache (answered in process) and without (a call each): what a
+// refused decision costs the caller, and the near cache's lookup on the
+// hot path.
+//
+//	go test -run '^$' -bench NearCacheRefused ./redisstore
+func BenchmarkNearCacheRefused(b *testing.B) {
+	srv := redistest.Standalone(b)
+	for _, off := range []bool{false, true} {
+		b.Run(fmt.Sprintf("near=%v", !off), func(b *testing.B) {
+			s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, NoNearCache: off})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			p := floodgate.MustPolicy(fmt.Sprintf("bench%v", off), floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour})
+			ctx := context.Background()
+			op := p.Op(floodgate.OpAllow, "hot", 1, 0)
+			for range 2 { // admitted, then refused (and known refused)
+				if _, err := s.Do(ctx, nearStart, op); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if d, err := s.Do(ctx, nearStart, op); err != nil || d.Allowed {
+					b.Fatalf("%+v %v", d, err)
+				}
+			}
+			b.StopTimer()
+			st := s.Stats()
+			b.ReportMetric(float64(st.Calls)/float64(b.N+2), "calls/op")
+		})
 	}
 }
