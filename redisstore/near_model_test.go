@@ -86,3 +86,31 @@ func TestNearCacheNeverAnswersWhatRedisWouldAdmit(t *testing.T) {
 	t.Logf("%d policies of 600 not valid, skipped", skipped)
 	t.Logf("%d requests answered by the near cache, each one the engine refused", answered)
 }
+
+// BenchmarkNearLookup is the near cache's lookup alone, as every OpAllow of
+// cost 1 pays it: on a key known refused (hit) and on a key it holds
+// nothing for (miss, the cost added to a decision asked of Redis).
+//
+//	go test -run '^$' -bench NearLookup ./redisstore
+func BenchmarkNearLookup(b *testing.B) {
+	p := floodgate.MustPolicy("bench", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour})
+	c := newNearCache()
+	refused := p.Op(floodgate.OpAllow, "refused-key", 1, 0)
+	d := floodgate.Decision{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour, Reason: floodgate.ReasonLimited, Rule: "r"}
+	c.learn(0, &refused, &d)
+	for _, tc := range []struct {
+		name string
+		op   floodgate.Op
+		hit  bool
+	}{{"hit", refused, true}, {"miss", p.Op(floodgate.OpAllow, "another-key", 1, 0), false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var out floodgate.Decision
+			b.ReportAllocs()
+			for i := range b.N {
+				if c.lookup(int64(i), &tc.op, &out) != tc.hit {
+					b.Fatal("wrong answer")
+				}
+			}
+		})
+	}
+}
