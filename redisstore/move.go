@@ -22,7 +22,7 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 	if from.Name() == to.Name() {
 		return nil // one key: the newer version converts it
 	}
-	if s.near != nil { // the key starts afresh under from (and to's refusals were for less)
+	if s.near != nil { // the key's state changes under both
 		defer s.near.forget(to, key)
 		defer s.near.forget(from, key)
 	}

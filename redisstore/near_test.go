@@ -270,3 +270,27 @@ func BenchmarkNearCacheRefused(b *testing.B) {
 		})
 	}
 }
+
+// While Redis is down, a key Redis refused stays refused until the time
+// Redis gave; any other key is decided by its rules' failure modes (here
+// open: admitted).
+func TestNearCacheWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: time.Second})
+	p := floodgate.MustPolicy("near", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 1, Period: time.Hour, OnStoreFailure: floodgate.FailOpen})
+	ctx := context.Background()
+	for range 2 {
+		if _, err := s.Do(ctx, nearStart, p.Op(floodgate.OpAllow, "k", 1, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Kill()
+	for range 5 {
+		if d, err := s.Do(ctx, nearStart+1000, p.Op(floodgate.OpAllow, "k", 1, 0)); err != nil || d.Allowed || d.Degraded {
+			t.Fatalf("the key refused: %+v %v, want refused as Redis said", d, err)
+		}
+		if d, err := s.Do(ctx, nearStart+1000, p.Op(floodgate.OpAllow, "other", 1, 0)); err != nil || !d.Allowed || !d.Degraded {
+			t.Fatalf("another key: %+v %v, want admitted by the failure mode", d, err)
+		}
+	}
+}

@@ -96,12 +96,12 @@ type Options struct {
 	// keeps for rules that fail to a local limit, to seed the local limiter
 	// and charge back what it admitted (localsync.go; default 65536).
 	LocalKeys int
-	// NoNearCache asks Redis for every decision. By default a key that
-	// Redis refused until T is refused here, without a call, until T, for
-	// requests of at least the refused cost (the near cache: near.go and
-	// docs/REDIS.md). It never admits more than asking Redis would; it
-	// stays off for policies with an elastic rule or a sliding log that
-	// counts refusals.
+	// NoNearCache asks Redis for every decision. By default, once Redis
+	// refuses a request of cost 1 on a key until T, the key's requests of
+	// cost 1 are refused here until T with the decision Redis would give,
+	// without a call (the near cache: near.go and docs/REDIS.md). It never
+	// admits more than asking Redis would; it stays off for policies with
+	// an elastic rule, a shaper, or a sliding log that counts refusals.
 	NoNearCache bool
 }
 
