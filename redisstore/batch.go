@@ -131,10 +131,7 @@ func (s *Store) doCoalesced(ctx context.Context, now int64, ops []floodgate.Op, 
 	for i, err := range errs {
 		if err == nil {
 			s.local.answered(&ops[i], &out[i], now)
-			if group == nil || !group[i] || ops[i].Kind != floodgate.OpAllow || out[i].Allowed {
-				// (a group's member may be refused for another's sake)
-				s.nearLearn(at, &ops[i], &out[i])
-			}
+			s.nearLearnIn(at, ops, out, group, i)
 			continue
 		}
 		if ctx.Err() != nil {

@@ -18,13 +18,10 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if op.Policy == nil {
 		return floodgate.Decision{}, errNoPolicy
 	}
-	var at int64 // the near clock as the call starts
-	if s.near != nil {
-		at = s.nearNow(now)
-		var d floodgate.Decision
-		if op.Kind == floodgate.OpAllow && s.near.lookup(at, &op, &d) {
-			return d, nil
-		}
+	var d floodgate.Decision
+	at, known := s.nearFirst(now, &op, &d) // at: the near clock as the call starts
+	if known {
+		return d, nil
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
 	s.checkMaster()
@@ -44,7 +41,6 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		s.local.settle(sctx, now, []floodgate.Op{op})
 	}
 	s.calls.Add(1)
-	var d floodgate.Decision
 	var err error
 	if s.co != nil {
 		w := getWaiter(1)

@@ -121,6 +121,16 @@ func (s *Store) nearNow(now int64) int64 {
 	return time.Since(s.nearBase).Microseconds()
 }
 
+// nearFirst returns the near clock at now, and answers op into *d when the
+// near cache knows it refused.
+func (s *Store) nearFirst(now int64, op *floodgate.Op, d *floodgate.Decision) (at int64, known bool) {
+	if s.near == nil {
+		return 0, false
+	}
+	at = s.nearNow(now)
+	return at, op.Kind == floodgate.OpAllow && s.near.lookup(at, op, d)
+}
+
 // nearLearn records Redis's answer d to op, asked at at (the near clock).
 func (s *Store) nearLearn(at int64, op *floodgate.Op, d *floodgate.Decision) {
 	if s.near != nil {
@@ -141,6 +151,15 @@ func (s *Store) nearLen() int {
 		}
 	}
 	return n
+}
+
+// nearLearnIn is nearLearn for ops[i] of a batch whose all-or-nothing
+// group is group (nil: none): a member's refusal is not kept (it may be
+// refused for another member's sake).
+func (s *Store) nearLearnIn(at int64, ops []floodgate.Op, out []floodgate.Decision, group []bool, i int) {
+	if group == nil || !group[i] || ops[i].Kind != floodgate.OpAllow || out[i].Allowed {
+		s.nearLearn(at, &ops[i], &out[i])
+	}
 }
 
 // nearHits returns the near cache's answers so far.

@@ -31,68 +31,14 @@ func TestNearCacheFleetAdmitsExactly(t *testing.T) {
 			dir := t.TempDir()
 			writeRules(t, dir, "near.yaml", fmt.Sprintf("domain: near\ndescriptors:\n  - key: hot\n    rate_limit: {unit: second, requests_per_unit: %d}\n", limit))
 			servers := make([]*server, 4)
-			var wg sync.WaitGroup
 			for i := range servers {
-				wg.Go(func() {
-					servers[i] = startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr,
-						"--store-timeout", "10s", fmt.Sprintf("--store-near-cache=%v", near))
-				})
-			}
-			wg.Wait()
-			if t.Failed() {
-				t.FailNow()
-			}
-			for _, s := range servers { // loads the library; counts in a window before the test's
-				s.ask(t, "near", desc("hot", "warm"))
+				servers[i] = startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr,
+					"--store-timeout", "10s", fmt.Sprintf("--store-near-cache=%v", near))
+				servers[i].ask(t, "near", desc("hot", "warm")) // loads the library
 			}
 			calls0, hits0 := fleetMetric(t, servers, "floodgate_store_calls_total"), fleetMetric(t, servers, "floodgate_store_near_cache_hits_total")
-
-			w0 := time.Now().Truncate(time.Second).Add(time.Second)
-			var spans [][2]int // each admission's round trip: the windows it was sent and answered in
-			var mu sync.Mutex
-			decisions := 0
-			for i := range 8 { // 8 workers at 25 a second each: 200 a second, 10× the limit
-				s := servers[i%len(servers)]
-				wg.Go(func() {
-					for next := w0.Add(50*time.Millisecond + time.Duration(i)*5*time.Millisecond); ; next = next.Add(40 * time.Millisecond) {
-						w := int(next.Sub(w0) / time.Second)
-						if w >= windows {
-							return
-						}
-						if into := next.Sub(w0.Add(time.Duration(w) * time.Second)); into < 50*time.Millisecond || into >= 950*time.Millisecond {
-							continue
-						}
-						time.Sleep(time.Until(next))
-						sent := time.Now()
-						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-						resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "near", Descriptors: []*rlcommon.RateLimitDescriptor{desc("hot", "k")}})
-						cancel()
-						got := time.Now()
-						if err != nil {
-							t.Errorf("ShouldRateLimit: %v", err)
-							return
-						}
-						mu.Lock()
-						decisions++
-						if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-							spans = append(spans, [2]int{int(sent.Sub(w0) / time.Second), int(got.Sub(w0) / time.Second)})
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			definite := make([]int, windows) // admitted, round trip within window w
-			maybe := make([]int, windows)    // admitted, round trip across window w and another
-			for _, sp := range spans {
-				for w := sp[0]; w <= sp[1] && w < windows; w++ {
-					if sp[0] == sp[1] {
-						definite[w]++
-					} else {
-						maybe[w]++
-					}
-				}
-			}
+			spans, decisions := hotKeyLoad(t, servers, windows)
+			definite, maybe := perWindow(spans, windows)
 			for w := range windows {
 				if definite[w] > limit || definite[w]+maybe[w] < limit {
 					t.Errorf("window %d admitted %d (and %d that may belong to it), want exactly %d", w, definite[w], maybe[w], limit)
@@ -110,6 +56,71 @@ func TestNearCacheFleetAdmitsExactly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hotKeyLoad asks servers for one key, 200 times a second (8 workers at 25
+// a second each), for windows whole seconds from the next one, sending
+// only from 50 ms into each second to 50 ms before its end. It returns
+// each admission's round trip as the windows (from the first) it was sent
+// and answered in, and how many decisions were asked.
+func hotKeyLoad(t *testing.T, servers []*server, windows int) (spans [][2]int, decisions int) {
+	w0 := time.Now().Truncate(time.Second).Add(time.Second)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 8 {
+		s := servers[i%len(servers)]
+		wg.Go(func() {
+			for next := w0.Add(50*time.Millisecond + time.Duration(i)*5*time.Millisecond); next.Before(w0.Add(time.Duration(windows) * time.Second)); next = next.Add(40 * time.Millisecond) {
+				if into := next.Sub(w0) % time.Second; into < 50*time.Millisecond || into >= 950*time.Millisecond {
+					continue
+				}
+				time.Sleep(time.Until(next))
+				sent := time.Now()
+				ok, err := askHot(s)
+				got := time.Now()
+				if err != nil {
+					t.Errorf("ShouldRateLimit: %v", err)
+					return
+				}
+				mu.Lock()
+				decisions++
+				if ok {
+					spans = append(spans, [2]int{int(sent.Sub(w0) / time.Second), int(got.Sub(w0) / time.Second)})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return spans, decisions
+}
+
+// askHot asks s for the hot key once, and reports whether it was admitted.
+func askHot(s *server) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "near", Descriptors: []*rlcommon.RateLimitDescriptor{desc("hot", "k")}})
+	if err != nil {
+		return false, err
+	}
+	return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
+}
+
+// perWindow counts, for each of windows, the admissions whose round trip
+// lies within it (definite) and those whose round trip crosses into or out
+// of it (maybe).
+func perWindow(spans [][2]int, windows int) (definite, maybe []int) {
+	definite, maybe = make([]int, windows), make([]int, windows)
+	for _, sp := range spans {
+		for w := sp[0]; w <= sp[1] && w < windows; w++ {
+			if sp[0] == sp[1] {
+				definite[w]++
+			} else {
+				maybe[w]++
+			}
+		}
+	}
+	return definite, maybe
 }
 
 // fleetMetric sums a metric over servers' /metrics.
