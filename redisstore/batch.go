@@ -61,11 +61,54 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 		out[0] = d
 		return nil
 	}
+	if s.near != nil && group == nil {
+		return s.nearBatch(ctx, now, ops, out)
+	}
+	return s.askBatch(ctx, now, ops, group, out)
+}
+
+// askBatch is doBatch past the near cache: every op goes to Redis.
+func (s *Store) askBatch(ctx context.Context, now int64, ops []floodgate.Op, group []bool, out []floodgate.Decision) error {
 	s.checkMaster()
 	if s.co == nil {
 		return s.doEach(ctx, now, ops, out)
 	}
 	return s.doCoalesced(ctx, now, ops, group, out)
+}
+
+// nearBatch is doBatch without a group: the ops the near cache answers are
+// answered, the others asked of Redis.
+func (s *Store) nearBatch(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) error {
+	at := s.nearNow(now)
+	var buf [64]int
+	miss := buf[:0] // the ops to ask Redis
+	for i := range ops {
+		if ops[i].Kind != floodgate.OpAllow || !s.near.lookup(at, &ops[i], &out[i]) {
+			miss = append(miss, i)
+		}
+	}
+	switch len(miss) {
+	case len(ops):
+		return s.askBatch(ctx, now, ops, nil, out)
+	case 0:
+		return nil
+	case 1:
+		d, err := s.Do(ctx, now, ops[miss[0]])
+		out[miss[0]] = d
+		return err
+	}
+	rest := make([]floodgate.Op, len(miss))
+	for j, i := range miss {
+		rest[j] = ops[i]
+	}
+	dec := make([]floodgate.Decision, len(rest))
+	if err := s.askBatch(ctx, now, rest, nil, dec); err != nil {
+		return err
+	}
+	for j, i := range miss {
+		out[i] = dec[j]
+	}
+	return nil
 }
 
 // doCoalesced is doBatch on one Redis: one breaker, and the batch is one
@@ -77,6 +120,7 @@ func (s *Store) doCoalesced(ctx context.Context, now int64, ops []floodgate.Op, 
 		s.degradeAll(ctx, now, ops, out, nil)
 		return nil
 	}
+	at := s.nearNow(now)
 	start := time.Now()
 	sctx, ok := s.storeContextAt(ctx, start)
 	if !ok {
@@ -92,6 +136,7 @@ func (s *Store) doCoalesced(ctx context.Context, now int64, ops []floodgate.Op, 
 	for i, err := range errs {
 		if err == nil {
 			s.local.answered(&ops[i], &out[i], now)
+			s.nearLearnIn(at, ops, out, group, i)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -163,6 +208,7 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 	brks := make([]*breaker, len(ops))
 	ask, troubled := s.planEach(ops, keys, brks, make([]int, 0, len(ops)))
 	var sctx context.Context
+	at := s.nearNow(now)
 	start := time.Now()
 	if len(ask) > 0 {
 		var ok bool
@@ -182,6 +228,7 @@ func (s *Store) doEach(ctx context.Context, now int64, ops []floodgate.Op, out [
 		case err == nil:
 			brks[i].success()
 			s.local.answered(&ops[i], &out[i], now)
+			s.nearLearn(at, &ops[i], &out[i])
 			continue
 		case err == errBreakerOpen:
 			out[i] = s.degrade(ctx, now, &ops[i], nil)

@@ -41,7 +41,9 @@ func TestCoalescedConcurrentExact(t *testing.T) {
 	srv := redistest.Standalone(t)
 	// One call slot: with Redis held, the first caller's call is in
 	// flight and every other caller queued, whatever the scheduling.
-	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 30 * time.Second, Batches: 1})
+	// The near cache off: the callers refused here would not reach the
+	// coalescer.
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 30 * time.Second, Batches: 1, NoNearCache: true})
 	if !redisstore.Coalescing(s) {
 		t.Fatal("a standalone store does not coalesce")
 	}

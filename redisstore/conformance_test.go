@@ -16,8 +16,16 @@ import (
 var namespace atomic.Int64
 
 // conform runs the engine's conformance suite against Redis at url, each
-// subtest in a namespace (key prefix) of its own.
+// subtest in a namespace (key prefix) of its own, with the near cache on
+// (the default): it must answer as Redis would. A run in which the near
+// cache answered nothing fails, as it would test nothing of it.
 func conform(t *testing.T, url string, batch bool) {
+	var near atomic.Int64
+	defer func() {
+		if !t.Failed() && near.Load() == 0 {
+			t.Error("the near cache answered nothing in the whole suite")
+		}
+	}()
 	storetest.Run(t, func(t *testing.T) floodgate.Store {
 		s, err := redisstore.New(url, redisstore.Options{
 			ClientTime: true, // the suite injects its clock
@@ -31,6 +39,7 @@ func conform(t *testing.T, url string, batch bool) {
 			redisstore.SetBatchAlways(s)
 		}
 		t.Cleanup(func() {
+			near.Add(s.Stats().NearHits)
 			if st := s.Stats(); st.Errors != 0 {
 				t.Errorf("store errors during the test: %+v", st)
 			}

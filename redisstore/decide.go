@@ -12,10 +12,16 @@ import (
 
 var errNoPolicy = errors.New("redisstore: op without a policy")
 
-// Do performs op in one script call.
+// Do performs op in one script call, or answers a refusal from the near
+// cache (near.go).
 func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.Decision, error) {
 	if op.Policy == nil {
 		return floodgate.Decision{}, errNoPolicy
+	}
+	var d floodgate.Decision
+	at, known := s.nearFirst(now, &op, &d) // at: the near clock as the call starts
+	if known {
+		return d, nil
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
 	if pl := sharePlanOf(op.Policy); pl.ok {
@@ -44,7 +50,6 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		s.local.settle(sctx, now, []floodgate.Op{op})
 	}
 	s.calls.Add(1)
-	var d floodgate.Decision
 	var err error
 	if s.co != nil {
 		w := getWaiter(1)
@@ -68,6 +73,7 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		s.answered(start.UnixMicro())
 		brk.success()
 		s.local.answered(&op, &d, now)
+		s.nearLearn(at, &op, &d)
 		return d, nil
 	}
 	if ctx.Err() != nil { // the caller gave up: not Redis's failure

@@ -22,6 +22,10 @@ func (s *Store) Move(ctx context.Context, now int64, from, to *floodgate.Policy,
 	if from.Name() == to.Name() {
 		return nil // one key: the newer version converts it
 	}
+	if s.near != nil { // the key's state changes under both
+		defer s.near.forget(to, key)
+		defer s.near.forget(from, key)
+	}
 	sctx, ok := s.storeContext(ctx)
 	if !ok {
 		if err := ctx.Err(); err != nil {

@@ -102,6 +102,13 @@ type Options struct {
 	// promote a key to a slice (default 10).
 	ShareKeys    int
 	ShareHotRate int
+	// NoNearCache asks Redis for every decision. By default, once Redis
+	// refuses a request of cost 1 on a key until T, the key's requests of
+	// cost 1 are refused here until T with the decision Redis would give,
+	// without a call (the near cache: near.go and docs/REDIS.md). It never
+	// admits more than asking Redis would; it stays off for policies with
+	// an elastic rule, a shaper, or a sliding log that counts refusals.
+	NoNearCache bool
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -145,6 +152,9 @@ type Store struct {
 
 	deadline atomic.Pointer[sharedDeadline]
 	early    atomic.Pointer[sharedDeadline] // storeContext's, by the millisecond it ends in
+
+	near     *nearCache // nil: Options.NoNearCache
+	nearBase time.Time  // the near clock's zero without ClientTime (monotonic)
 }
 
 // New connects to Redis at url:
@@ -207,6 +217,9 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		s.co = &coalescer{s: s, slots: opts.Batches, maxOps: opts.MaxBatch}
 	}
 	s.scriptMode.Store(opts.NoFunctions)
+	if !opts.NoNearCache {
+		s.near, s.nearBase = newNearCache(), time.Now()
+	}
 	s.brks = newBreakers(c.Mode(), opts)
 	if c.Mode() == rueidis.ClientModeSentinel {
 		s.follow = newFollower(c, s.switched)
@@ -319,6 +332,9 @@ type Stats struct {
 	LocalCharged, LocalUntracked int64
 	// Share counts local share's slices (floodgate.TierLocalShare).
 	Share ShareStats
+	// NearHits counts the requests the near cache refused without asking
+	// Redis (Options.NoNearCache); they are not in Calls.
+	NearHits int64
 }
 
 // Stats returns the store's counters.
@@ -326,7 +342,7 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
 		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
 		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
-		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load(),
+		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load(), NearHits: s.nearHits(),
 		Share: s.shares.stats()}
 }
 

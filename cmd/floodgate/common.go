@@ -89,6 +89,7 @@ type commonConfig struct {
 	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
 	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
 	localKeys                        keyCount // a Redis store's table for failure_mode local (redisstore.Options.LocalKeys)
+	nearCache                        bool     // a Redis store's near cache (redisstore.Options.NoNearCache, inverted)
 	journal                          journalConfig
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
@@ -113,6 +114,11 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store; with --store-timeout-max above it, the adaptive timeout's floor [FLOODGATE_STORE_TIMEOUT]")
 	c.localKeys = keyCount(envInt("STORE_LOCAL_KEYS", 1<<16))
 	fs.Var(&c.localKeys, "store-local-keys", "Redis store: how many keys' last state on Redis is kept for rules with failure_mode local, to seed the local limit and charge back what it admitted (about 280 bytes a key); a key beyond it is limited locally from zero and never charged back (floodgate_store_local_untracked_total) [FLOODGATE_STORE_LOCAL_KEYS]")
+	c.nearCache = true
+	if b, err := strconv.ParseBool(envString("STORE_NEAR_CACHE", "")); err == nil {
+		c.nearCache = b
+	}
+	fs.BoolVar(&c.nearCache, "store-near-cache", c.nearCache, "Redis store: refuse a key that Redis refused until its retry time without asking Redis again (never admits more; floodgate_store_near_cache_hits_total) [FLOODGATE_STORE_NEAR_CACHE]")
 	c.busy.register(fs)
 }
 
@@ -182,7 +188,7 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 		}
 		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
 	}
-	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, LocalKeys: int(c.localKeys), Logger: log})
+	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, LocalKeys: int(c.localKeys), NoNearCache: !c.nearCache, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +337,7 @@ type storeCollector struct {
 	calls, errs, timeouts, degraded, breaker *prometheus.Desc
 	localCharged, localUntracked             *prometheus.Desc
 	share                                    [6]*prometheus.Desc // redisstore.ShareStats, in its order
+	nearHits                                 *prometheus.Desc
 }
 
 func newStoreCollector(rs *redisstore.Store) *storeCollector {
@@ -353,12 +360,14 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 			d("floodgate_store_share_returned_total", "Local share: requests of slices given back to Redis unspent."),
 			d("floodgate_store_share_lost_total", "Local share: requests of slices that expired unspent or could not be given back."),
 		},
+		nearHits: d("floodgate_store_near_cache_hits_total",
+			"Requests refused by the near cache, without asking Redis, until the time Redis said (--store-near-cache); not in floodgate_store_calls_total."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked} {
+	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked, c.nearHits} {
 		ch <- d
 	}
 	for _, d := range c.share {
@@ -388,6 +397,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.share[i], kind, v)
 	}
+	ch <- prometheus.MustNewConstMetric(c.nearHits, prometheus.CounterValue, float64(st.NearHits))
 }
 
 // command is serve's and proxy's frame: a flag error (flagErr) exits 2,
