@@ -17,6 +17,11 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if op.Policy == nil {
 		return floodgate.Decision{}, errNoPolicy
 	}
+	if op.Kind == floodgate.OpAllow {
+		if d, ok, err := s.wb.decide(ctx, now, &op); ok {
+			return d, err
+		}
+	}
 	key := s.Key(op.Policy.Name(), op.Key)
 	s.checkMaster()
 	brk := s.breakerFor(key)
