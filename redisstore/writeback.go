@@ -71,17 +71,19 @@ const (
 
 // wbRuleStats is a rule's measured error (Store.TierErrors).
 type wbRuleStats struct {
-	over, under atomic.Int64
+	over, under, unmeasured atomic.Int64
 }
 
 // TierError is a write-back rule's measured error since the store started:
 // the requests a window admitted beyond the rule's limit (Overshoot), and
 // the requests refused locally that Redis's count showed room for
 // (Undershoot). Each process counts what its own syncs measured; a fleet's
-// error is the sum over its processes.
+// error is the sum over its processes. Unmeasured counts admitted hits
+// that reached Redis after their window had left its state (two windows
+// on): the overshoot of that window may be larger by as much.
 type TierError struct {
-	Rule                  string // the policy's name, '/', the rule's name
-	Overshoot, Undershoot int64
+	Rule                              string // the policy's name, '/', the rule's name
+	Overshoot, Undershoot, Unmeasured int64
 }
 
 // TierErrors returns every write-back rule's measured error.
@@ -89,7 +91,7 @@ func (s *Store) TierErrors() []TierError {
 	var out []TierError
 	s.wb.rules.Range(func(k, v any) bool {
 		rs := v.(*wbRuleStats)
-		out = append(out, TierError{Rule: k.(string), Overshoot: rs.over.Load(), Undershoot: rs.under.Load()})
+		out = append(out, TierError{Rule: k.(string), Overshoot: rs.over.Load(), Undershoot: rs.under.Load(), Unmeasured: rs.unmeasured.Load()})
 		return true
 	})
 	return out
@@ -456,10 +458,13 @@ func (e *wbEntry) applyReply(sn wbSync, v []int64, err error) {
 	e.synced = true
 	L := e.wp.p.Limit
 	before, after := v[1], v[2]
-	if sn.hits > 0 && after >= 0 {
+	switch {
+	case sn.hits > 0 && after >= 0:
 		if o := max(0, after-L) - max(0, before-L); o > 0 {
 			e.wp.rs.over.Add(o)
 		}
+	case sn.hits > 0:
+		e.wp.rs.unmeasured.Add(sn.hits)
 	}
 	if sn.tag != 0 && sn.tag == e.refWin && e.refused > 0 {
 		if after >= 0 && after+e.refMin <= L {

@@ -7,19 +7,29 @@
 -- count before and after them (-1: that window is gone), then the state
 -- now: window start, previous count, current count, and now}.
 
+-- A fixed window's state written here keeps, after its two words, the
+-- count and start of the window before (s[3], s[4]; decide carries them
+-- along untouched), so that hits a node sends after the window ended are
+-- still measured against it. fixedroll moves s on to window ws.
+local function fixedroll(p, s, ws)
+  if ws > s[1] then
+    s[3], s[4] = s[2], s[1]
+    s[1], s[2] = ws, 0
+  end
+end
+
 -- wbwindow returns the index in s of window tag's count, or nil when s no
 -- longer holds it; with add, s first moves on to tag if it is behind.
 local function wbwindow(p, s, tag, add)
-  if add and s[1] < tag then
-    if p.kind == K_FIXED then s[1], s[2] = tag, 0 else counter.advance(p, s, tag) end
-  end
   if p.kind == K_FIXED then
+    if add then fixedroll(p, s, tag) end
     if s[1] == tag then return 2 end
-  elseif s[1] == tag then
-    return 3
-  elseif s[1] == tag + p.period then
-    return 2
+    if s[4] == tag then return 3 end
+    return nil
   end
+  if add and s[1] < tag then counter.advance(p, s, tag) end
+  if s[1] == tag then return 3 end
+  if s[1] == tag + p.period then return 2 end
   return nil
 end
 
@@ -60,6 +70,7 @@ local function writeback(keys, argv)
       after = s[i]
     end
   end
+  if p.kind == K_FIXED then fixedroll(p, s, floordiv(now, p.period) * p.period) end
   local t = p.algo.advance(p, s, now)
   local allowed = 0
   if cost > 0 and cost <= p.burst and p.algo.fits(p, s, t, cost, p.burst) then
@@ -67,7 +78,7 @@ local function writeback(keys, argv)
     allowed = 1
   end
   if hits > 0 or allowed == 1 then
-    if p.algo.used(p, s, t) == 0 and s[2] == 0 then
+    if p.algo.used(p, s, t) == 0 and s[2] == 0 and (s[3] or 0) == 0 then
       redis.call('DEL', key)
     else
       local reset = max(p.algo.reset(p, s, t), s[1] + p.period - t)
