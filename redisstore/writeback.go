@@ -27,9 +27,10 @@ import (
 // after the start of its last successful sync; past N it decides exactly
 // (one call that also carries its unsynced hits). So at any moment each
 // node holds at most N admissions the others cannot see, and a window ends
-// at most n×N <= B×L over its limit. A node also decides exactly while the
-// count it read is within n×N of the limit, and when N < 1 (the budget
-// cannot be kept: B×L < n). It refuses locally only when the count it read
+// at most n×N <= B×L over its limit. A node also decides exactly when
+// N < 1 (the budget cannot be kept: B×L < n) and, for a fixed window,
+// while the count it read is within n×N of the limit (a margin for a node
+// count that has grown since the heartbeats last said). It refuses locally only when the count it read
 // plus its own hits leave no room, which the true count (never lower)
 // confirms. Redis lost: local admissions go on up to N, then the exact
 // decisions meet the rule's failure mode.
@@ -164,6 +165,7 @@ type wbEntry struct {
 	adm, syncedAdm int64 // local admissions; adm at the start of the last successful sync
 
 	refWin, refused, refMin int64 // local refusals in window refWin not yet checked
+	refAt                   int64 // the last one's time
 }
 
 func newWriteBack(s *Store, opts Options) *writeBack {
@@ -235,13 +237,17 @@ func (w *writeBack) decide(ctx context.Context, now int64, op *floodgate.Op) (d 
 		}
 		e.refused += cost
 		e.refMin = min(e.refMin, cost)
+		e.refAt = now
 		d = e.decision(false, ws, prev, cur, now, cost)
 		e.mu.Unlock()
 		w.local.Add(1)
 		return d, true, nil
 	}
 	g := used(&wp.p, ws, prev, cur-e.pend, now)
-	if g+n*N+cost > L || e.adm-e.syncedAdm+cost > N {
+	// Near a fixed window's limit, exactly: that costs about Budget×Limit
+	// calls a window. A saturated sliding window counter frees room all
+	// the time, so it would be exact always; its threshold bounds it.
+	if (wp.p.Kind != algo.SlidingCounter && g+n*N+cost > L) || e.adm-e.syncedAdm+cost > N {
 		e.mu.Unlock()
 		d, err = w.exactly(ctx, now, op, e)
 		return d, true, err
@@ -467,10 +473,7 @@ func (e *wbEntry) applyReply(sn wbSync, v []int64, err error) {
 		e.wp.rs.unmeasured.Add(sn.hits)
 	}
 	if sn.tag != 0 && sn.tag == e.refWin && e.refused > 0 {
-		if after >= 0 && after+e.refMin <= L {
-			e.wp.rs.under.Add(min(e.refused, L-after))
-		}
-		e.refused = 0
+		e.checkRefusals(sn.tag, v)
 	}
 }
 
@@ -691,4 +694,25 @@ func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []
 		out[i] = rout[j]
 	}
 	return true, nil
+}
+
+// checkRefusals counts as undershoot the local refusals of window tag that
+// the reply v shows Redis had room for: its count for the window (with,
+// for a sliding window counter, the window before, weighted at the last
+// refusal) plus the smallest refused cost within the limit.
+func (e *wbEntry) checkRefusals(tag int64, v []int64) {
+	p := &e.wp.p
+	after, prev := v[2], int64(0)
+	if p.Kind == algo.SlidingCounter {
+		if v[3] != tag {
+			after = -1 // the window before is gone from the reply
+		}
+		prev = v[4]
+	}
+	if after >= 0 {
+		if u := used(p, tag, prev, after, e.refAt); u+e.refMin <= p.Limit {
+			e.wp.rs.under.Add(min(e.refused, p.Limit-u))
+		}
+	}
+	e.refused = 0
 }
