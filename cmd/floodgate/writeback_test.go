@@ -81,6 +81,9 @@ type wbLoad struct {
 	admitted  map[int64]int64
 	sent      map[int64]int64
 	ambiguous int64 // answered after the window they were sent in ended: counted in both
+	// admissions of requests sent from `from` to `to`
+	from, to time.Time
+	during   int64
 }
 
 // wbDrive sends requests for key "hot" to each node at perNode a second,
@@ -88,41 +91,49 @@ type wbLoad struct {
 // 950 ms), until end; so that each decision falls within the second the
 // request was sent in, it counts admissions by that second (one answered
 // after it counts in both).
-func wbDrive(t *testing.T, nodes func() []*server, perNode int, end time.Time, l *wbLoad) {
-	t.Helper()
+func wbDrive(nodes []*server, perNode int, end time.Time, l *wbLoad) {
+	var wg sync.WaitGroup
+	for _, s := range nodes {
+		wg.Go(func() { wbDriveNode(s, perNode, end, l) })
+	}
+	wg.Wait()
+}
+
+func wbDriveNode(s *server, perNode int, end time.Time, l *wbLoad) {
 	const workers = 8
 	gap := time.Duration(workers) * time.Second / time.Duration(perNode)
 	var wg sync.WaitGroup
-	for _, s := range nodes() {
-		for range workers {
-			wg.Go(func() {
-				ctx := context.Background()
-				req := &rlsv3.RateLimitRequest{Domain: "wb", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "hot")}}
-				for next := time.Now(); time.Now().Before(end); next = next.Add(gap) {
-					time.Sleep(time.Until(next))
-					sent := time.Now()
-					if ms := sent.UnixMilli() % 1000; ms < 50 || ms >= 950 {
-						continue
-					}
-					resp, err := s.client.ShouldRateLimit(ctx, req)
-					got := time.Now()
-					if err != nil {
-						return // the node stopped
-					}
-					w, w2 := sent.Unix(), got.Unix()
-					l.mu.Lock()
-					l.sent[w]++
-					if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-						l.admitted[w]++
-						if w2 != w {
-							l.admitted[w2]++
-							l.ambiguous++
-						}
-					}
-					l.mu.Unlock()
+	for range workers {
+		wg.Go(func() {
+			ctx := context.Background()
+			req := &rlsv3.RateLimitRequest{Domain: "wb", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "hot")}}
+			for next := time.Now(); time.Now().Before(end); next = next.Add(gap) {
+				time.Sleep(time.Until(next))
+				sent := time.Now()
+				if ms := sent.UnixMilli() % 1000; ms < 50 || ms >= 950 {
+					continue
 				}
-			})
-		}
+				resp, err := s.client.ShouldRateLimit(ctx, req)
+				got := time.Now()
+				if err != nil {
+					return // the node stopped
+				}
+				w, w2 := sent.Unix(), got.Unix()
+				l.mu.Lock()
+				l.sent[w]++
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					l.admitted[w]++
+					if !sent.Before(l.from) && sent.Before(l.to) {
+						l.during++
+					}
+					if w2 != w {
+						l.admitted[w2]++
+						l.ambiguous++
+					}
+				}
+				l.mu.Unlock()
+			}
+		})
 	}
 	wg.Wait()
 }
@@ -169,7 +180,7 @@ func TestWriteBackFourNodes(t *testing.T) {
 			l := newWBLoad()
 			start := time.Now().Truncate(time.Second).Add(time.Second)
 			time.Sleep(time.Until(start))
-			wbDrive(t, func() []*server { return nodes }, 10*wbLimit/4, start.Add(3*time.Second), l)
+			wbDrive(nodes, 10*wbLimit/4, start.Add(3*time.Second), l)
 			t.Logf("budget %g: %s", budget, l)
 			l.check(t, budget)
 			var want float64
@@ -199,5 +210,73 @@ func TestWriteBackFourNodes(t *testing.T) {
 				t.Errorf("overshoot metric %g, more than admitted beyond the limit (%g, %d ambiguous)", over, want, l.ambiguous)
 			}
 		})
+	}
+}
+
+// The node count goes 2 → 4 → 2 while one key takes 5× then 10× then 5×
+// its limit (each node offering 2.5× the limit): no second admits more
+// than the budget allows, the seconds in which nodes join and leave
+// included.
+func TestWriteBackNodesComeAndGo(t *testing.T) {
+	const budget = 0.05
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "wb.yaml", wbRules("5%"))
+	nodes := []*server{wbNode(t, dir, srv.Addr), wbNode(t, dir, srv.Addr)}
+	waitWBNodes(t, nodes, 2)
+	l := newWBLoad()
+	start := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(start))
+	var wg sync.WaitGroup
+	wg.Go(func() { wbDrive(nodes, 10*wbLimit/4, start.Add(5*time.Second), l) })
+	time.Sleep(time.Until(start.Add(time.Second)))
+	more := []*server{wbNode(t, dir, srv.Addr), wbNode(t, dir, srv.Addr)}
+	wg.Go(func() { wbDrive(more, 10*wbLimit/4, start.Add(3500*time.Millisecond), l) })
+	time.Sleep(time.Until(start.Add(3500 * time.Millisecond)))
+	for _, s := range more {
+		s.stop(t) // flushes its hits and leaves the count
+	}
+	wg.Wait()
+	t.Logf("2 → 4 (from second 1) → 2 (from 3.5 s): %s", l)
+	l.check(t, budget)
+}
+
+// Redis paused for 1.3 s and resumed, two nodes on a key at 1.5× its
+// limit, paused while the key is far from its limit: each node admits from
+// memory what is left of its hit threshold (5% of the limit over 2 nodes:
+// 10), then the rule's failure mode (closed) refuses; in all, the pause
+// admits at most the budget, and no second admits more than it allows.
+func TestWriteBackRedisPaused(t *testing.T) {
+	const budget = 0.05
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "wb.yaml", wbRules("5%"))
+	nodes := []*server{wbNode(t, dir, srv.Addr), wbNode(t, dir, srv.Addr)}
+	waitWBNodes(t, nodes, 2)
+	l := newWBLoad()
+	start := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(start))
+	var wg sync.WaitGroup
+	// requests sent in the pause's last 200 ms may be decided by Redis
+	// after it
+	l.from, l.to = start.Add(1300*time.Millisecond), start.Add(2400*time.Millisecond)
+	wg.Go(func() { wbDrive(nodes, 3*wbLimit/4, start.Add(4*time.Second), l) })
+	time.Sleep(time.Until(start.Add(1300 * time.Millisecond)))
+	srv.Pause()
+	time.Sleep(time.Until(start.Add(2600 * time.Millisecond)))
+	srv.Resume()
+	wg.Wait()
+	var degraded, unmeasured float64
+	for _, s := range nodes {
+		degraded += metricSum(t, s.http, "floodgate_store_degraded_decisions_total")
+		unmeasured += metricSum(t, s.http, "floodgate_tier_unmeasured_total")
+	}
+	t.Logf("paused from 1.3 s to 2.6 s: %s; admitted while paused %d; decided by the failure mode %g, unmeasured %g", l, l.during, degraded, unmeasured)
+	l.check(t, budget)
+	if l.during > int64(budget*wbLimit) {
+		t.Errorf("admitted %d while Redis was paused, more than the budget (%g of %d)", l.during, budget, wbLimit)
+	}
+	if degraded == 0 {
+		t.Error("no decision went to the failure mode while Redis was paused")
 	}
 }
