@@ -166,6 +166,8 @@ type wbEntry struct {
 
 	refWin, refused, refMin int64 // local refusals in window refWin not yet checked
 	refAt                   int64 // the last one's time
+
+	wait chan struct{} // closed when the sync in flight with hits answers
 }
 
 func newWriteBack(s *Store, opts Options) *writeBack {
@@ -211,20 +213,30 @@ func (w *writeBack) decide(ctx context.Context, now int64, op *floodgate.Op) (d 
 	if e == nil {
 		return d, false, nil
 	}
-	n := w.nodes.live()
-	L, cost := wp.p.Limit, op.Cost
 	e.mu.Lock()
 	e.last = now
 	if !e.rate(now, w.hotHits) {
 		e.mu.Unlock()
 		return d, false, nil
 	}
+	e.mu.Unlock()
+	d, err = w.hot(ctx, now, op, e)
+	return d, true, err
+}
+
+// hot decides op on its hot key's entry e.
+func (w *writeBack) hot(ctx context.Context, now int64, op *floodgate.Op, e *wbEntry) (floodgate.Decision, error) {
+	wp := e.wp
+	n := w.nodes.live()
+	L, cost := wp.p.Limit, op.Cost
 	N := wp.threshold(n)
+	waited := false
+again:
+	e.mu.Lock()
 	ws := wp.window(now)
 	if N < 1 || !e.synced || (e.pend > 0 && e.pendWin != ws) {
 		e.mu.Unlock()
-		d, err = w.exactly(ctx, now, op, e)
-		return d, true, err
+		return w.exactly(ctx, now, op, e)
 	}
 	prev, cur := e.at(ws)
 	if e.pend > 0 {
@@ -238,24 +250,39 @@ func (w *writeBack) decide(ctx context.Context, now int64, op *floodgate.Op) (d 
 		e.refused += cost
 		e.refMin = min(e.refMin, cost)
 		e.refAt = now
-		d = e.decision(false, ws, prev, cur, now, cost)
+		d := e.decision(false, ws, prev, cur, now, cost)
 		e.mu.Unlock()
 		w.local.Add(1)
-		return d, true, nil
+		return d, nil
 	}
 	g := used(&wp.p, ws, prev, cur-e.pend, now)
 	// Near a fixed window's limit, exactly: that costs about Budget×Limit
 	// calls a window. A saturated sliding window counter frees room all
 	// the time, so it would be exact always; its threshold bounds it.
-	if (wp.p.Kind != algo.SlidingCounter && g+n*N+cost > L) || e.adm-e.syncedAdm+cost > N {
+	if wp.p.Kind != algo.SlidingCounter && g+n*N+cost > L {
 		e.mu.Unlock()
-		d, err = w.exactly(ctx, now, op, e)
-		return d, true, err
+		return w.exactly(ctx, now, op, e)
+	}
+	if e.adm-e.syncedAdm+cost > N {
+		// past the threshold: wait once for the sync in flight, whose
+		// reply may leave room, rather than call Redis beside it
+		ch := e.wait
+		e.mu.Unlock()
+		if ch == nil || waited {
+			return w.exactly(ctx, now, op, e)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return floodgate.Decision{}, ctx.Err()
+		}
+		waited = true
+		goto again
 	}
 	e.pend += cost
 	e.pendWin = ws
 	e.adm += cost
-	d = e.decision(true, ws, prev, cur+cost, now, cost)
+	d := e.decision(true, ws, prev, cur+cost, now, cost)
 	half := e.adm-e.syncedAdm >= max(1, N/2)
 	e.mu.Unlock()
 	w.local.Add(1)
@@ -265,7 +292,7 @@ func (w *writeBack) decide(ctx context.Context, now int64, op *floodgate.Op) (d 
 		default:
 		}
 	}
-	return d, true, nil
+	return d, nil
 }
 
 func (w *writeBack) noteNow(now int64) {
@@ -424,6 +451,7 @@ func ceilMulDiv(a, b, c int64) int64 {
 // A wbSync is one key's part of a sync: what it sends.
 type wbSync struct {
 	e             *wbEntry
+	done          chan struct{} // e.wait, made by this sync
 	tag, hits     int64
 	adm           int64
 	refWin, refdn int64
@@ -440,6 +468,10 @@ func (e *wbEntry) snapshot() wbSync {
 		sn.tag = e.refWin
 	}
 	e.flying += sn.hits
+	if sn.hits > 0 && e.wait == nil {
+		e.wait = make(chan struct{})
+		sn.done = e.wait
+	}
 	return sn
 }
 
@@ -449,6 +481,10 @@ func (e *wbEntry) applyReply(sn wbSync, v []int64, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.flying -= sn.hits
+	if sn.done != nil {
+		close(sn.done)
+		e.wait = nil
+	}
 	if err != nil || len(v) < 7 {
 		return
 	}

@@ -134,10 +134,11 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 		}
 	}
 	wg.Wait()
-	var calls int64
+	var calls, syncs int64
 	for i, s := range ss {
 		st := s.Stats()
 		calls += st.Calls - before[i].Calls + st.WriteBackSyncs - before[i].WriteBackSyncs
+		syncs += st.WriteBackSyncs - before[i].WriteBackSyncs
 	}
 	for _, s := range ss {
 		s.Close() // flushes
@@ -165,7 +166,7 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 	if budget > 0 {
 		b = fmt.Sprintf("%g%%", budget*100)
 	}
-	fmt.Printf("| %s | %s | %s | %d | %d | %.4f | %d | %s | %s | %d |\n", tier, interval, b, decisions, calls,
+	fmt.Printf("| %s | %s | %s | %d | %d (%d syncs) | %.4f | %d | %s | %s | %d |\n", tier, interval, b, decisions, calls, syncs,
 		float64(calls)/float64(decisions), n, pct(float64(sum)/float64(max(n, 1))), pct(float64(most)), over)
 }
 
