@@ -204,7 +204,8 @@ func (w *writeBack) close() {
 // false when the store decides it as usual.
 func (w *writeBack) decide(ctx context.Context, now int64, op *floodgate.Op) (d floodgate.Decision, ok bool, err error) {
 	wp := w.policy(op.Policy)
-	if !wp.ok || op.Cost <= 0 || w.closed.Load() {
+	// (before Redis 7 there is no function library: exact)
+	if !wp.ok || op.Cost <= 0 || w.closed.Load() || w.s.scriptMode.Load() {
 		return d, false, nil
 	}
 	w.begin()
