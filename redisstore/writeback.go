@@ -53,7 +53,9 @@ type writeBack struct {
 
 	mu      sync.Mutex
 	m       map[lsKey]*wbEntry
-	rules   sync.Map // label → *wbRuleStats
+	dmu     sync.Mutex
+	dirty   []*wbEntry // entries with something to sync (wbEntry.dirty)
+	rules   sync.Map   // label → *wbRuleStats
 	lastNow atomic.Int64
 
 	local, syncs, exact, full atomic.Int64
@@ -167,7 +169,8 @@ type wbEntry struct {
 	refWin, refused, refMin int64 // local refusals in window refWin not yet checked
 	refAt                   int64 // the last one's time
 
-	wait chan struct{} // closed when the sync in flight with hits answers
+	wait  chan struct{} // closed when the sync in flight with hits answers
+	dirty bool          // in writeBack.dirty
 }
 
 func newWriteBack(s *Store, opts Options) *writeBack {
@@ -251,6 +254,7 @@ again:
 		e.refused += cost
 		e.refMin = min(e.refMin, cost)
 		e.refAt = now
+		w.markDirty(e)
 		d := e.decision(false, ws, prev, cur, now, cost)
 		e.mu.Unlock()
 		w.local.Add(1)
@@ -283,6 +287,7 @@ again:
 	e.pend += cost
 	e.pendWin = ws
 	e.adm += cost
+	w.markDirty(e)
 	d := e.decision(true, ws, prev, cur+cost, now, cost)
 	half := e.adm-e.syncedAdm >= max(1, N/2)
 	e.mu.Unlock()
@@ -550,7 +555,7 @@ func (w *writeBack) exactly(ctx context.Context, now int64, op *floodgate.Op, e 
 	s.calls.Add(1)
 	w.exact.Add(1)
 	v, err := w.do(sctx, []rueidis.Completed{w.fcall(e.rkey, w.args(now, sn, op.Cost))})[0].AsIntSlice()
-	e.applyReply(sn, v, err)
+	w.replied(sn, v, err)
 	if err == nil && len(v) >= 7 {
 		s.answered(start.UnixMicro())
 		brk.success()
@@ -627,16 +632,19 @@ func (w *writeBack) run() {
 // flush syncs, in one pipelined call, every key with unsynced hits or
 // refusals to check.
 func (w *writeBack) flush() {
+	w.dmu.Lock()
+	dirty := w.dirty
+	w.dirty = nil
+	w.dmu.Unlock()
 	var sns []wbSync
-	w.mu.Lock()
-	for _, e := range w.m {
+	for _, e := range dirty {
 		e.mu.Lock()
-		if e.hot && (e.pend-e.flying > 0 || e.refused > 0) {
+		e.dirty = false
+		if e.pend-e.flying > 0 || e.refused > 0 {
 			sns = append(sns, e.snapshot())
 		}
 		e.mu.Unlock()
 	}
-	w.mu.Unlock()
 	if len(sns) == 0 {
 		return
 	}
@@ -644,7 +652,7 @@ func (w *writeBack) flush() {
 	brk := s.breakerFor(sns[0].e.rkey)
 	if !brk.allow() {
 		for _, sn := range sns {
-			sn.e.applyReply(sn, nil, errBreakerOpen)
+			w.replied(sn, nil, errBreakerOpen)
 		}
 		return
 	}
@@ -660,7 +668,7 @@ func (w *writeBack) flush() {
 	var firstErr error
 	for i, r := range w.do(ctx, cmds) {
 		v, err := r.AsIntSlice()
-		sns[i].e.applyReply(sns[i], v, err)
+		w.replied(sns[i], v, err)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -752,4 +760,27 @@ func (e *wbEntry) checkRefusals(tag int64, v []int64) {
 		}
 	}
 	e.refused = 0
+}
+
+// markDirty puts e (locked) on the flusher's list, once.
+func (w *writeBack) markDirty(e *wbEntry) {
+	if e.dirty {
+		return
+	}
+	e.dirty = true
+	w.dmu.Lock()
+	w.dirty = append(w.dirty, e)
+	w.dmu.Unlock()
+}
+
+// replied applies a sync's reply to its entry, which goes back on the
+// flusher's list if something is still to sync (a failed sync's hits).
+func (w *writeBack) replied(sn wbSync, v []int64, err error) {
+	e := sn.e
+	e.applyReply(sn, v, err)
+	e.mu.Lock()
+	if e.pend-e.flying > 0 || e.refused > 0 {
+		w.markDirty(e)
+	}
+	e.mu.Unlock()
 }

