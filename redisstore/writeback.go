@@ -354,22 +354,28 @@ func (w *writeBack) entry(op *floodgate.Op, wp *wbPolicy, now int64) *wbEntry {
 	return e
 }
 
-// evictCold removes a cold entry (one of the first few the map yields).
+// evictCold removes, of the first few cold entries the map yields, the one
+// with the fewest decisions in its current rate span (a flood's keys have
+// one or two; a key turning hot has many).
 func (w *writeBack) evictCold() bool {
-	tried := 0
+	var victim lsKey
+	least, tried := int64(-1), 0
 	for k, e := range w.m {
 		if tried++; tried > 8 {
-			return false
+			break
 		}
 		e.mu.Lock()
-		cold := !e.hot && e.pend == 0 && e.flying == 0
+		cold, hits := !e.hot && e.pend == 0 && e.flying == 0, e.rateHits
 		e.mu.Unlock()
-		if cold {
-			delete(w.m, k)
-			return true
+		if cold && (least < 0 || hits < least) {
+			victim, least = k, hits
 		}
 	}
-	return false
+	if least < 0 {
+		return false
+	}
+	delete(w.m, victim)
+	return true
 }
 
 // at returns Redis's previous and current counts as of window ws, from the

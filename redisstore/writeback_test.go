@@ -138,3 +138,53 @@ func TestWriteBackBudgetModel(t *testing.T) {
 		}
 	}
 }
+
+// A flood of distinct keys: the write-back table stays within
+// Options.WriteBackKeys, the cold keys are decided exactly (the second
+// request of each, over its limit of 1, is refused), and a key that turns
+// hot amid the flood, once the table is full, is still decided in memory.
+func TestWriteBackFloodOfKeys(t *testing.T) {
+	srv := redistest.Standalone(t)
+	pol := wbPolicy(t, floodgate.FixedWindow, 1, 0.5, floodgate.FailClosed)
+	hot, err := floodgate.NewPolicy("hotpol", floodgate.Rule{Name: "big", Algorithm: floodgate.FixedWindow, Limit: 1_000_000,
+		Period: time.Second, Tier: floodgate.TierWriteBack, Budget: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, WriteBackKeys: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 3000 {
+		now := wbT0 + int64(i)*100 // 0.3 s in all: one window
+		key := fmt.Sprint("k", i)
+		for j, want := range []bool{true, false} {
+			d, err := s.Do(ctx, now, pol.Op(floodgate.OpAllow, key, 1, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("key %s, request %d: allowed %v, want %v", key, j+1, d.Allowed, want)
+			}
+		}
+		if i >= 1000 {
+			for range 2 {
+				if _, err := s.Do(ctx, now, hot.Op(floodgate.OpAllow, "hot", 1, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if n := s.Stats().WriteBackKeys; n > 64 {
+			t.Fatalf("after %d keys the table holds %d, more than 64", i+1, n)
+		}
+	}
+	st := s.Stats()
+	if st.WriteBackLocal == 0 {
+		t.Error("the hot key was never decided in memory")
+	}
+	if st.WriteBackLocal > 4000 {
+		t.Errorf("%d decisions in memory, more than the hot key's 4,000", st.WriteBackLocal)
+	}
+}
