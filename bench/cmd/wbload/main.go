@@ -43,8 +43,8 @@ func main() {
 		*addr = a
 	}
 	fmt.Printf("%d nodes, one key limited to %d/s (fixed window of 1 s), %d requests/s offered, %s a run\n\n", *nodes, *limit, *rate, *duration)
-	fmt.Println("| tier | sync interval | budget | decisions | Redis calls | calls/decision | windows | overshoot mean | overshoot max | metric |")
-	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| tier | sync interval | budget | decisions | Redis calls | calls/decision | windows | overshoot mean | overshoot max | metric | failure mode |")
+	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	r := run{addr: *addr, nodes: *nodes, limit: *limit, rate: *rate, d: *duration}
 	r.one("exact", 10*time.Millisecond, 0)
 	for _, iv := range strings.Split(*intervals, ",") {
@@ -74,7 +74,9 @@ type run struct {
 
 func (r *run) one(tier string, interval time.Duration, budget float64) {
 	r.seq++
-	rule := floodgate.Rule{Name: "hot", Algorithm: floodgate.FixedWindow, Limit: r.limit, Period: time.Second}
+	// closed: a call that times out on a starved host refuses rather than
+	// admits, so the overshoot is write-back's own (Degraded counts them)
+	rule := floodgate.Rule{Name: "hot", Algorithm: floodgate.FixedWindow, Limit: r.limit, Period: time.Second, OnStoreFailure: floodgate.FailClosed}
 	if budget > 0 {
 		rule.Tier, rule.Budget = floodgate.TierWriteBack, budget
 	}
@@ -84,7 +86,8 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 	ss := make([]*redisstore.Store, r.nodes)
 	ctx := context.Background()
 	for i := range ss {
-		ss[i], err = redisstore.New("redis://"+r.addr, redisstore.Options{Prefix: prefix, ClientTime: true, WriteBackInterval: interval})
+		ss[i], err = redisstore.New("redis://"+r.addr, redisstore.Options{Prefix: prefix, ClientTime: true, WriteBackInterval: interval,
+			MaxTimeout: time.Second})
 		check(err)
 		_, err = ss[i].Do(ctx, time.Now().UnixMicro(), pol.Op(floodgate.OpAllow, "warm", 1, 0))
 		check(err)
@@ -134,9 +137,10 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 		}
 	}
 	wg.Wait()
-	var calls, syncs int64
+	var calls, syncs, degraded int64
 	for i, s := range ss {
 		st := s.Stats()
+		degraded += st.Degraded - before[i].Degraded
 		calls += st.Calls - before[i].Calls + st.WriteBackSyncs - before[i].WriteBackSyncs
 		syncs += st.WriteBackSyncs - before[i].WriteBackSyncs
 	}
@@ -166,8 +170,8 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 	if budget > 0 {
 		b = fmt.Sprintf("%g%%", budget*100)
 	}
-	fmt.Printf("| %s | %s | %s | %d | %d (%d syncs) | %.4f | %d | %s | %s | %d |\n", tier, interval, b, decisions, calls, syncs,
-		float64(calls)/float64(decisions), n, pct(float64(sum)/float64(max(n, 1))), pct(float64(most)), over)
+	fmt.Printf("| %s | %s | %s | %d | %d (%d syncs) | %.4f | %d | %s | %s | %d | %d |\n", tier, interval, b, decisions, calls, syncs,
+		float64(calls)/float64(decisions), n, pct(float64(sum)/float64(max(n, 1))), pct(float64(most)), over, degraded)
 }
 
 func check(err error) {
