@@ -168,6 +168,7 @@ type wbEntry struct {
 
 	refWin, refused, refMin int64 // local refusals in window refWin not yet checked
 	refAt                   int64 // the last one's time
+	refCheck                int64 // when the refusals last asked for a sync
 
 	wait  chan struct{} // closed when the sync in flight with hits answers
 	dirty bool          // in writeBack.dirty
@@ -254,7 +255,12 @@ again:
 		e.refused += cost
 		e.refMin = min(e.refMin, cost)
 		e.refAt = now
-		w.markDirty(e)
+		// refusals alone ask for a sync (to be checked) at most every ten
+		// intervals: a key that only refuses costs Redis little
+		if now-e.refCheck >= 10*w.interval.Microseconds() {
+			e.refCheck = now
+			w.markDirty(e)
+		}
 		d := e.decision(false, ws, prev, cur, now, cost)
 		e.mu.Unlock()
 		w.local.Add(1)
