@@ -239,7 +239,8 @@ func (w *writeBack) hot(ctx context.Context, now int64, op *floodgate.Op, e *wbE
 again:
 	e.mu.Lock()
 	ws := wp.window(now)
-	if N < 1 || !e.synced || (e.pend > 0 && e.pendWin != ws) {
+	// (a cost above the limit: Redis says it is too large)
+	if N < 1 || cost > L || !e.synced || (e.pend > 0 && e.pendWin != ws) {
 		e.mu.Unlock()
 		return w.exactly(ctx, now, op, e)
 	}
