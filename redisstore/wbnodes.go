@@ -19,8 +19,12 @@ import (
 // counted by the others within wbBeatEvery.
 //
 // nodeCounter is what write-back needs of heartbeats, so that another
-// heartbeat (local share's) can take their place.
+// heartbeat (local share's) can take their place: announce this node
+// (called every wbBeatEvery by the flusher), leave (on Close), and the
+// live count (0 until known).
 type nodeCounter interface {
+	beat()
+	leave()
 	live() int64
 }
 

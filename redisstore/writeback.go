@@ -49,7 +49,7 @@ type writeBack struct {
 	interval time.Duration
 	maxKeys  int
 	hotHits  int64
-	nodes    *wbNodes
+	nodes    nodeCounter
 
 	mu      sync.Mutex
 	m       map[lsKey]*wbEntry
