@@ -239,8 +239,7 @@ func (w *writeBack) hot(ctx context.Context, now int64, op *floodgate.Op, e *wbE
 again:
 	e.mu.Lock()
 	ws := wp.window(now)
-	// (a cost above the limit: Redis says it is too large)
-	if N < 1 || cost > L || !e.synced || (e.pend > 0 && e.pendWin != ws) {
+	if e.mustCall(N, cost, ws) {
 		e.mu.Unlock()
 		return w.exactly(ctx, now, op, e)
 	}
@@ -250,18 +249,7 @@ again:
 	}
 	est := used(&wp.p, ws, prev, cur, now)
 	if est+cost > L { // the true count is no lower: exact refuses too
-		if e.refWin != ws || e.refused == 0 {
-			e.refWin, e.refused, e.refMin = ws, 0, cost
-		}
-		e.refused += cost
-		e.refMin = min(e.refMin, cost)
-		e.refAt = now
-		// refusals alone ask for a sync (to be checked) at most every ten
-		// intervals: a key that only refuses costs Redis little
-		if now-e.refCheck >= 10*w.interval.Microseconds() {
-			e.refCheck = now
-			w.markDirty(e)
-		}
+		w.refused(e, ws, now, cost)
 		d := e.decision(false, ws, prev, cur, now, cost)
 		e.mu.Unlock()
 		w.local.Add(1)
@@ -283,10 +271,8 @@ again:
 		if ch == nil || waited {
 			return w.exactly(ctx, now, op, e)
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return floodgate.Decision{}, ctx.Err()
+		if err := waitFor(ctx, ch); err != nil {
+			return floodgate.Decision{}, err
 		}
 		waited = true
 		goto again
@@ -299,13 +285,38 @@ again:
 	half := e.adm-e.syncedAdm >= max(1, N/2)
 	e.mu.Unlock()
 	w.local.Add(1)
-	if half {
+	if half { // the flusher syncs now, not at its next tick
 		select {
 		case w.kick <- struct{}{}:
 		default:
 		}
 	}
 	return d, nil
+}
+
+// mustCall reports whether e (locked) is to be decided in Redis whatever
+// its count: the budget cannot be kept (N < 1), the cost is above the
+// limit (Redis says it is too large), Redis's count is not known yet, or
+// hits of an ended window are unsynced.
+func (e *wbEntry) mustCall(N, cost, ws int64) bool {
+	return N < 1 || cost > e.wp.p.Limit || !e.synced || (e.pend > 0 && e.pendWin != ws)
+}
+
+// refused books a local refusal on e (locked), to be checked against
+// Redis's count (checkRefusals).
+func (w *writeBack) refused(e *wbEntry, ws, now, cost int64) {
+	if e.refWin != ws || e.refused == 0 {
+		e.refWin, e.refused, e.refMin = ws, 0, cost
+	}
+	e.refused += cost
+	e.refMin = min(e.refMin, cost)
+	e.refAt = now
+	// refusals alone ask for a sync (to be checked) at most every ten
+	// intervals: a key that only refuses costs Redis little
+	if now-e.refCheck >= 10*w.interval.Microseconds() {
+		e.refCheck = now
+		w.markDirty(e)
+	}
 }
 
 func (w *writeBack) noteNow(now int64) {
@@ -517,16 +528,7 @@ func (e *wbEntry) applyReply(sn wbSync, v []int64, err error) {
 		e.prev, e.cur = max(e.prev, prev), max(e.cur, cur)
 	}
 	e.synced = true
-	L := e.wp.p.Limit
-	before, after := v[1], v[2]
-	switch {
-	case sn.hits > 0 && after >= 0:
-		if o := max(0, after-L) - max(0, before-L); o > 0 {
-			e.wp.rs.over.Add(o)
-		}
-	case sn.hits > 0:
-		e.wp.rs.unmeasured.Add(sn.hits)
-	}
+	e.measure(sn.hits, v[1], v[2])
 	if sn.tag != 0 && sn.tag == e.refWin && e.refused > 0 {
 		e.checkRefusals(sn.tag, v)
 	}
@@ -754,6 +756,20 @@ func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []
 	return true, nil
 }
 
+// measure counts what hits took their window's count from before to
+// after beyond the limit (after -1: the window was gone).
+func (e *wbEntry) measure(hits, before, after int64) {
+	L := e.wp.p.Limit
+	switch {
+	case hits > 0 && after >= 0:
+		if o := max(0, after-L) - max(0, before-L); o > 0 {
+			e.wp.rs.over.Add(o)
+		}
+	case hits > 0:
+		e.wp.rs.unmeasured.Add(hits)
+	}
+}
+
 // checkRefusals counts as undershoot the local refusals of window tag that
 // the reply v shows Redis had room for: its count for the window (with,
 // for a sliding window counter, the window before, weighted at the last
@@ -796,4 +812,14 @@ func (w *writeBack) replied(sn wbSync, v []int64, err error) {
 		w.markDirty(e)
 	}
 	e.mu.Unlock()
+}
+
+// waitFor waits for ch to close, or for ctx's end.
+func waitFor(ctx context.Context, ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
