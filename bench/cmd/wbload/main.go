@@ -82,26 +82,11 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 	}
 	pol, err := floodgate.NewPolicy("wbload", rule)
 	check(err)
-	prefix := fmt.Sprintf("wbload%d", r.seq)
-	ss := make([]*redisstore.Store, r.nodes)
+	ss := r.start(pol, interval, budget > 0)
 	ctx := context.Background()
-	for i := range ss {
+	var mu sync.Mutex
 		ss[i], err = redisstore.New("redis://"+r.addr, redisstore.Options{Prefix: prefix, ClientTime: true, WriteBackInterval: interval,
 			MaxTimeout: time.Second})
-		check(err)
-		_, err = ss[i].Do(ctx, time.Now().UnixMicro(), pol.Op(floodgate.OpAllow, "warm", 1, 0))
-		check(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); budget > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		all := true
-		for _, s := range ss {
-			all = all && s.Stats().WriteBackNodes == int64(r.nodes)
-		}
-		if all {
-			break
-		}
-	}
-	var mu sync.Mutex
 	admitted := map[int64]int64{}
 	var decisions int64
 	before := make([]redisstore.Stats, len(ss))
@@ -172,6 +157,31 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 	}
 	fmt.Printf("| %s | %s | %s | %d | %d (%d syncs) | %.4f | %d | %s | %s | %d | %d |\n", tier, interval, b, decisions, calls, syncs,
 		float64(calls)/float64(decisions), n, pct(float64(sum)/float64(max(n, 1))), pct(float64(most)), over, degraded)
+}
+
+// start returns the run's nodes, each with a first decision made, once
+// every one counts them all (with write-back).
+func (r *run) start(pol *floodgate.Policy, interval time.Duration, wb bool) []*redisstore.Store {
+	prefix := fmt.Sprintf("wbload%d", r.seq)
+	ss := make([]*redisstore.Store, r.nodes)
+	var err error
+	for i := range ss {
+		ss[i], err = redisstore.New("redis://"+r.addr, redisstore.Options{Prefix: prefix, ClientTime: true, WriteBackInterval: interval,
+			MaxTimeout: time.Second})
+		check(err)
+		_, err = ss[i].Do(context.Background(), time.Now().UnixMicro(), pol.Op(floodgate.OpAllow, "warm", 1, 0))
+		check(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); wb && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		all := true
+		for _, s := range ss {
+			all = all && s.Stats().WriteBackNodes == int64(r.nodes)
+		}
+		if all {
+			break
+		}
+	}
+	return ss
 }
 
 func check(err error) {
