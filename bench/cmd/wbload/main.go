@@ -85,8 +85,6 @@ func (r *run) one(tier string, interval time.Duration, budget float64) {
 	ss := r.start(pol, interval, budget > 0)
 	ctx := context.Background()
 	var mu sync.Mutex
-		ss[i], err = redisstore.New("redis://"+r.addr, redisstore.Options{Prefix: prefix, ClientTime: true, WriteBackInterval: interval,
-			MaxTimeout: time.Second})
 	admitted := map[int64]int64{}
 	var decisions int64
 	before := make([]redisstore.Stats, len(ss))
