@@ -163,7 +163,7 @@ func (l *wbLoad) String() string {
 }
 
 // Four floodgate serve processes on one Redis, one key at up to 10× its
-// limit for three seconds: no second admits more than limit × (1 +
+// limit for two seconds: no second admits more than limit × (1 +
 // budget), and the overshoot the nodes' /metrics report is what the
 // seconds admitted beyond the limit.
 func TestWriteBackFourNodes(t *testing.T) {
@@ -180,7 +180,7 @@ func TestWriteBackFourNodes(t *testing.T) {
 			l := newWBLoad()
 			start := time.Now().Truncate(time.Second).Add(time.Second)
 			time.Sleep(time.Until(start))
-			wbDrive(nodes, 10*wbLimit/4, start.Add(3*time.Second), l)
+			wbDrive(nodes, 10*wbLimit/4, start.Add(2*time.Second), l)
 			t.Logf("budget %g: %s", budget, l)
 			l.check(t, budget)
 			var want float64
