@@ -18,6 +18,11 @@ func (s *Store) DoBatch(ctx context.Context, now int64, ops []floodgate.Op, out 
 	if len(out) < len(ops) {
 		return errors.New("redisstore: out is shorter than ops")
 	}
+	if s.shares.anyShared(ops) { // local share: those from their slices, the rest here
+		return s.shares.batch(ctx, now, ops, out, func(ops []floodgate.Op, out []floodgate.Decision) error {
+			return s.doBatch(ctx, now, ops, nil, out)
+		})
+	}
 	return s.doBatch(ctx, now, ops, nil, out)
 }
 

@@ -23,6 +23,15 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 		}
 	}
 	key := s.Key(op.Policy.Name(), op.Key)
+	if pl := sharePlanOf(op.Policy); pl.ok {
+		if op.Kind == floodgate.OpAllow {
+			if d, ok, err := s.shares.decide(ctx, now, &op, key, pl); ok {
+				return d, err
+			}
+		} else if op.Kind == floodgate.OpReset {
+			s.shares.drop(key)
+		}
+	}
 	s.checkMaster()
 	brk := s.breakerFor(key)
 	if !brk.allow() {

@@ -104,6 +104,12 @@ type Options struct {
 	// WriteBackKeys bounds the keys write-back tracks (default 16384); a
 	// key beyond it is decided exactly.
 	WriteBackKeys int
+	// ShareKeys bounds the keys holding a local share's slice at once
+	// (floodgate.TierLocalShare; share.go; default 1024); the others are
+	// decided exactly. ShareHotRate is how many decisions in one second
+	// promote a key to a slice (default 10).
+	ShareKeys    int
+	ShareHotRate int
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -116,6 +122,8 @@ type Store struct {
 	// functions.
 	batchScript *rueidis.Lua
 	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
+	shareScript *rueidis.Lua // ShareFunction as a script, likewise
+	shares      *shares      // local share's slices (share.go)
 	co          *coalescer   // nil: every decision is a call of its own
 	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
@@ -199,7 +207,8 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
-		moveScript: rueidis.NewLuaScript(MoveScript())}
+		moveScript: rueidis.NewLuaScript(MoveScript()), shareScript: rueidis.NewLuaScript(ShareScript())}
+	s.shares = newShares(s)
 	if opts.MaxTimeout > opts.Timeout {
 		s.adapt = newAdaptive(opts.Timeout, opts.MaxTimeout)
 	}
@@ -262,6 +271,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.WriteBackKeys <= 0 {
 		o.WriteBackKeys = 1 << 14
 	}
+	if o.ShareKeys <= 0 {
+		o.ShareKeys = 1024
+	}
+	if o.ShareHotRate <= 0 {
+		o.ShareHotRate = 10
+	}
 	return o, nil
 }
 
@@ -281,6 +296,7 @@ func newBreakers(mode rueidis.ClientMode, opts Options) []breaker {
 
 // Close closes the store's connections (when New opened them).
 func (s *Store) Close() error {
+	s.shares.close() // gives back the slices: before the connections go
 	s.stopMonitor()
 	s.wb.close()
 	s.local.close()
@@ -323,6 +339,8 @@ type Stats struct {
 	// count the heartbeats last read, and the keys tracked.
 	WriteBackLocal, WriteBackExact, WriteBackSyncs, WriteBackNodes int64
 	WriteBackKeys                                                  int
+	// Share counts local share's slices (floodgate.TierLocalShare).
+	Share ShareStats
 }
 
 // Stats returns the store's counters.
@@ -330,7 +348,8 @@ func (s *Store) Stats() Stats {
 	st := Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
 		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
 		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
-		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load()}
+		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load(),
+		Share: s.shares.stats()}
 	s.wb.stats(&st)
 	return st
 }

@@ -336,6 +336,7 @@ type storeCollector struct {
 	localCharged, localUntracked             *prometheus.Desc
 	wbLocal, wbExact, wbSyncs, wbNodes       *prometheus.Desc
 	over, under, unmeasured                  *prometheus.Desc
+	share                                    [6]*prometheus.Desc // redisstore.ShareStats, in its order
 }
 
 func newStoreCollector(rs *redisstore.Store) *storeCollector {
@@ -360,6 +361,14 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 			"Requests a tier: write_back rule refused in memory that Redis's count had room for, as this process's syncs measured them.", []string{"rule"}, nil),
 		unmeasured: prometheus.NewDesc("floodgate_tier_unmeasured_total",
 			"Requests a tier: write_back rule admitted whose hits reached Redis after their window had gone: the overshoot may be larger by as much.", []string{"rule"}, nil),
+		share: [6]*prometheus.Desc{
+			d("floodgate_store_share_calls_total", "Local share: calls taking or giving back a slice of a hot key's quota."),
+			d("floodgate_store_share_local_total", "Local share: decisions made from a slice, without Redis."),
+			d("floodgate_store_share_keys", "Local share: keys holding a slice now."),
+			d("floodgate_store_share_nodes", "Local share: live nodes, as last read from their heartbeats."),
+			d("floodgate_store_share_returned_total", "Local share: requests of slices given back to Redis unspent."),
+			d("floodgate_store_share_lost_total", "Local share: requests of slices that expired unspent or could not be given back."),
+		},
 	}
 }
 
@@ -367,6 +376,9 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked,
 		c.wbLocal, c.wbExact, c.wbSyncs, c.wbNodes, c.over, c.under, c.unmeasured} {
+		ch <- d
+	}
+	for _, d := range c.share {
 		ch <- d
 	}
 }
@@ -393,6 +405,14 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.over, prometheus.CounterValue, float64(e.Overshoot), e.Rule)
 		ch <- prometheus.MustNewConstMetric(c.under, prometheus.CounterValue, float64(e.Undershoot), e.Rule)
 		ch <- prometheus.MustNewConstMetric(c.unmeasured, prometheus.CounterValue, float64(e.Unmeasured), e.Rule)
+	}
+	sh := st.Share
+	for i, v := range []float64{float64(sh.Takes), float64(sh.Local), float64(sh.Keys), float64(sh.Nodes), float64(sh.Returned), float64(sh.Lost)} {
+		kind := prometheus.CounterValue
+		if i == 2 || i == 3 {
+			kind = prometheus.GaugeValue
+		}
+		ch <- prometheus.MustNewConstMetric(c.share[i], kind, v)
 	}
 }
 
