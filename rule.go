@@ -336,6 +336,12 @@ func (r Rule) compileTier(p *algo.Params) (field, msg string) {
 		if !(r.Budget > 0 && r.Budget <= 0.5) {
 			return "budget", fmt.Sprintf("must be above 0 and at most 0.5 (50%%), got %g", r.Budget)
 		}
+		if (p.Kind != algo.FixedWindow || p.Cal != algo.CalNone) && p.Kind != algo.SlidingCounter {
+			return "tier", "write_back needs algorithm fixed_window with a period or sliding_window (a count per window that hits are added to); use exact or local_share"
+		}
+		if r.Mode != Hard && r.Mode != "" {
+			return "tier", "write_back needs mode hard"
+		}
 	default:
 		return "tier", fmt.Sprintf("unknown tier %q (want exact, local_share or write_back)", r.Tier)
 	}

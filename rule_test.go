@@ -44,6 +44,10 @@ func TestBadRulesNameTheField(t *testing.T) {
 		{floodgate.Rule{Limit: 1, Period: 87_600 * time.Hour, Burst: 1_000_000_000}, "burst"},
 		{floodgate.Rule{Limit: 1, Period: time.Second, Burst: 1 << 51}, "burst"},
 		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: "nearby"}, "tier"},
+		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.01}, "tier"},
+		{floodgate.Rule{Algorithm: floodgate.SlidingLog, Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.01}, "tier"},
+		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Calendar: floodgate.CalendarDay, Tier: floodgate.TierWriteBack, Budget: 0.01}, "tier"},
+		{floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, Mode: floodgate.Soft, SoftPercent: 10, Tier: floodgate.TierWriteBack, Budget: 0.01}, "tier"},
 		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack}, "budget"},
 		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.6}, "budget"},
 		{floodgate.Rule{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: -0.01}, "budget"},
@@ -127,8 +131,8 @@ func TestRuleErrorNamesThePackage(t *testing.T) {
 func TestTiersCompile(t *testing.T) {
 	for _, r := range []floodgate.Rule{
 		{Limit: 5, Period: time.Hour, Tier: floodgate.TierExact},
-		{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.01},
-		{Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.5},
+		{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.01},
+		{Algorithm: floodgate.SlidingWindow, Limit: 5, Period: time.Hour, Tier: floodgate.TierWriteBack, Budget: 0.5},
 		{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, Tier: floodgate.TierLocalShare},
 	} {
 		if _, err := floodgate.NewPolicy("p", r); err != nil {

@@ -53,6 +53,11 @@ func (s *Store) doBatch(ctx context.Context, now int64, ops []floodgate.Op, grou
 			return errNoPolicy
 		}
 	}
+	if group == nil && len(ops) > 1 {
+		if done, err := s.split(ctx, now, ops, out); done {
+			return err
+		}
+	}
 	if len(ops) == 1 { // one key: a plain call (which asks the breaker itself)
 		d, err := s.Do(ctx, now, ops[0])
 		if err != nil {

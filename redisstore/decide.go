@@ -23,6 +23,11 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if known {
 		return d, nil
 	}
+	if op.Kind == floodgate.OpAllow {
+		if d, ok, err := s.wb.decide(ctx, now, &op); ok {
+			return d, err
+		}
+	}
 	key := s.Key(op.Policy.Name(), op.Key)
 	if pl := sharePlanOf(op.Policy); pl.ok {
 		if op.Kind == floodgate.OpAllow {

@@ -39,6 +39,9 @@ const (
 	// MoveFunction carries a key's state from one policy to another
 	// (Store.Move; 95_move.lua).
 	MoveFunction = "floodgate_v1_move"
+	// WriteBackFunction adds a node's unsynced hits to a write-back key
+	// and may decide one request exactly (writeback.go; 97_writeback.lua).
+	WriteBackFunction = "floodgate_v1_writeback"
 	// ShareFunction gives back what is left of a local share's slice and
 	// takes a new one (floodgate.TierLocalShare; 97_share.lua).
 	ShareFunction = "floodgate_v1_share"
@@ -84,16 +87,17 @@ func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV, true)\n
 func Library() string {
 	fn := func(name, call string) string {
 		return "redis.register_function('" + name + "', function(keys, args)\n" +
-			"  if apply == nil then apply, batch, move, share = init() end\n" +
+			"  if apply == nil then apply, batch, move, share, writeback = init() end\n" +
 			"  return " + call + "\nend)\n"
 	}
 	return "#!lua name=" + LibraryName + "\n" +
-		"local apply, batch, move, share\nlocal function init()\n" + luaBody() + "return apply, batch, move, share\nend\n" +
+		"local apply, batch, move, share, writeback\nlocal function init()\n" + luaBody() + "return apply, batch, move, share, writeback\nend\n" +
 		fn(Function, "apply(keys, args)") +
 		fn(BatchFunction, "batch(keys, args, true)") +
 		fn(legacyBatchFunction, "batch(keys, args, false)") +
 		fn(MoveFunction, "move(keys, args)") +
-		fn(ShareFunction, "share(keys, args)")
+		fn(ShareFunction, "share(keys, args)") +
+		fn(WriteBackFunction, "writeback(keys, args)")
 }
 
 // ShareScript returns the code of ShareFunction as one script for

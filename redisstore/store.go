@@ -96,6 +96,14 @@ type Options struct {
 	// keeps for rules that fail to a local limit, to seed the local limiter
 	// and charge back what it admitted (localsync.go; default 65536).
 	LocalKeys int
+	// WriteBackInterval is how often the hits of write-back keys
+	// (floodgate.TierWriteBack) are synced with Redis (default 10ms); a
+	// key also syncs once it has taken half its hit threshold
+	// (writeback.go).
+	WriteBackInterval time.Duration
+	// WriteBackKeys bounds the keys write-back tracks (default 16384); a
+	// key beyond it is decided exactly.
+	WriteBackKeys int
 	// ShareKeys bounds the keys holding a local share's slice at once
 	// (floodgate.TierLocalShare; share.go; default 1024); the others are
 	// decided exactly. ShareHotRate is how many decisions in one second
@@ -142,6 +150,7 @@ type Store struct {
 	brks     []breaker
 	fallback *fallback
 	local    *localSync // failure_mode local's meeting with Redis
+	wb       *writeBack // write-back keys (writeback.go)
 
 	calls, errs, timeouts, degraded atomic.Int64
 	starved                         atomic.Int64 // timeouts excused as this process's starvation
@@ -236,6 +245,7 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	s.startMonitor(clock.Precise, onThisHost(addrs))
 	s.local = newLocalSync(s, fb, opts.LocalKeys)
 	fb.ls = s.local
+	s.wb = newWriteBack(s, opts)
 	return s, nil
 }
 
@@ -268,6 +278,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.LocalKeys <= 0 {
 		o.LocalKeys = 1 << 16
 	}
+	if o.WriteBackInterval <= 0 {
+		o.WriteBackInterval = 10 * time.Millisecond
+	}
+	if o.WriteBackKeys <= 0 {
+		o.WriteBackKeys = 1 << 14
+	}
 	if o.ShareKeys <= 0 {
 		o.ShareKeys = 1024
 	}
@@ -295,6 +311,7 @@ func newBreakers(mode rueidis.ClientMode, opts Options) []breaker {
 func (s *Store) Close() error {
 	s.shares.close() // gives back the slices: before the connections go
 	s.stopMonitor()
+	s.wb.close()
 	s.local.close()
 	if s.co != nil {
 		s.co.close()
@@ -330,6 +347,11 @@ type Stats struct {
 	// local decisions on keys that found no room to be seeded and charged
 	// back (Options.LocalKeys; localsync.go).
 	LocalCharged, LocalUntracked int64
+	// Write-back (writeback.go): decisions made in memory, decisions of
+	// hot keys made exactly in Redis, pipelined syncs sent, the live node
+	// count the heartbeats last read, and the keys tracked.
+	WriteBackLocal, WriteBackExact, WriteBackSyncs, WriteBackNodes int64
+	WriteBackKeys                                                  int
 	// Share counts local share's slices (floodgate.TierLocalShare).
 	Share ShareStats
 	// NearHits counts the requests the near cache refused without asking
@@ -339,11 +361,13 @@ type Stats struct {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
+	st := Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(),
 		Degraded: s.degraded.Load(), Breaker: s.breakerOpen(), Starved: s.starved.Load(), BreakerOpens: s.breakerOpens(),
 		Timeout: s.timeout(), Lag: time.Duration(s.ex.mon.lag.Load()) * time.Microsecond,
 		LocalCharged: s.local.charged.Load(), LocalUntracked: s.local.untracked.Load(), NearHits: s.nearHits(),
 		Share: s.shares.stats()}
+	s.wb.stats(&st)
+	return st
 }
 
 // Ping asks Redis (every node of a Cluster) to answer, by ctx's end: what

@@ -86,10 +86,11 @@ type commonConfig struct {
 	logLevel, logFormat              string
 	calendarMonth                    bool
 	drain, reloadEvery, storeTimeout time.Duration
-	maxMemory                        byteSize // the memory store's cap (registerMaxMemory)
-	maxKeys                          keyCount // the memory store's cap on keys (registerMaxMemory)
-	localKeys                        keyCount // a Redis store's table for failure_mode local (redisstore.Options.LocalKeys)
-	nearCache                        bool     // a Redis store's near cache (redisstore.Options.NoNearCache, inverted)
+	maxMemory                        byteSize      // the memory store's cap (registerMaxMemory)
+	maxKeys                          keyCount      // the memory store's cap on keys (registerMaxMemory)
+	localKeys                        keyCount      // a Redis store's table for failure_mode local (redisstore.Options.LocalKeys)
+	nearCache                        bool          // a Redis store's near cache (redisstore.Options.NoNearCache, inverted)
+	writeBackInterval                time.Duration // redisstore.Options.WriteBackInterval
 	journal                          journalConfig
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
@@ -112,6 +113,7 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.DurationVar(&c.drain, "drain-timeout", envDuration("DRAIN_TIMEOUT", 10*time.Second), "how long SIGTERM waits for in-flight requests [FLOODGATE_DRAIN_TIMEOUT]")
 	fs.DurationVar(&c.reloadEvery, "reload-interval", envDuration("RELOAD_INTERVAL", 2*time.Second), "how often rule files are checked for changes; 0: only on SIGHUP (which reloads at once) [FLOODGATE_RELOAD_INTERVAL]")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", envDuration("STORE_TIMEOUT", 50*time.Millisecond), "per-call timeout of a remote store; with --store-timeout-max above it, the adaptive timeout's floor [FLOODGATE_STORE_TIMEOUT]")
+	fs.DurationVar(&c.writeBackInterval, "write-back-interval", envDuration("WRITE_BACK_INTERVAL", 10*time.Millisecond), "Redis store: how often rules with tier: write_back send their unsynced hits to Redis, in one pipelined call [FLOODGATE_WRITE_BACK_INTERVAL]")
 	c.localKeys = keyCount(envInt("STORE_LOCAL_KEYS", 1<<16))
 	fs.Var(&c.localKeys, "store-local-keys", "Redis store: how many keys' last state on Redis is kept for rules with failure_mode local, to seed the local limit and charge back what it admitted (about 280 bytes a key); a key beyond it is limited locally from zero and never charged back (floodgate_store_local_untracked_total) [FLOODGATE_STORE_LOCAL_KEYS]")
 	c.nearCache = true
@@ -130,6 +132,8 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--reload-interval %v: want 0 (reload on SIGHUP only) or more", c.reloadEvery)
 	case c.drain < 0:
 		return fmt.Errorf("--drain-timeout %v: want 0 or more", c.drain)
+	case c.writeBackInterval <= 0:
+		return fmt.Errorf("--write-back-interval %v: want more than 0", c.writeBackInterval)
 	case c.storeTimeout <= 0:
 		return fmt.Errorf("--store-timeout %v: want more than 0", c.storeTimeout)
 	}
@@ -188,7 +192,7 @@ func (c *commonConfig) openStore(snapshot string, log *slog.Logger, m *service.M
 		}
 		return &openedStore{store: ms, ready: func() (bool, string) { return true, "ready: in-memory store" }, close: ms.Close}, nil
 	}
-	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, LocalKeys: int(c.localKeys), NoNearCache: !c.nearCache, Logger: log})
+	rs, err := redisstore.New(c.store, redisstore.Options{Timeout: c.storeTimeout, MaxTimeout: c.busy.storeTimeoutMax, LocalKeys: int(c.localKeys), NoNearCache: !c.nearCache, WriteBackInterval: c.writeBackInterval, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +340,8 @@ type storeCollector struct {
 	rs                                       *redisstore.Store
 	calls, errs, timeouts, degraded, breaker *prometheus.Desc
 	localCharged, localUntracked             *prometheus.Desc
+	wbLocal, wbExact, wbSyncs, wbNodes       *prometheus.Desc
+	over, under, unmeasured                  *prometheus.Desc
 	share                                    [6]*prometheus.Desc // redisstore.ShareStats, in its order
 	nearHits                                 *prometheus.Desc
 }
@@ -352,6 +358,16 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 			"Requests admitted by rules failing to local while Redis was away, and charged back to Redis when it answered again."),
 		localUntracked: d("floodgate_store_local_untracked_total",
 			"Decisions of rules failing to local on keys beyond --store-local-keys: limited from zero, never charged back."),
+		wbLocal: d("floodgate_store_writeback_local_total", "Decisions of tier: write_back keys made in memory."),
+		wbExact: d("floodgate_store_writeback_exact_total", "Decisions of hot tier: write_back keys made exactly in Redis (near the limit, past the hit threshold, budget too small)."),
+		wbSyncs: d("floodgate_store_writeback_syncs_total", "Pipelined calls that sent tier: write_back keys' unsynced hits to Redis."),
+		wbNodes: d("floodgate_store_writeback_nodes", "Live nodes deciding tier: write_back keys, as the heartbeats last said."),
+		over: prometheus.NewDesc("floodgate_tier_overshoot_total",
+			"Requests a tier: write_back rule's windows admitted beyond its limit, as this process's syncs measured them (sum over processes).", []string{"rule"}, nil),
+		under: prometheus.NewDesc("floodgate_tier_undershoot_total",
+			"Requests a tier: write_back rule refused in memory that Redis's count had room for, as this process's syncs measured them.", []string{"rule"}, nil),
+		unmeasured: prometheus.NewDesc("floodgate_tier_unmeasured_total",
+			"Requests a tier: write_back rule admitted whose hits reached Redis after their window had gone: the overshoot may be larger by as much.", []string{"rule"}, nil),
 		share: [6]*prometheus.Desc{
 			d("floodgate_store_share_calls_total", "Local share: calls taking or giving back a slice of a hot key's quota."),
 			d("floodgate_store_share_local_total", "Local share: decisions made from a slice, without Redis."),
@@ -367,7 +383,8 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 
 // Describe implements prometheus.Collector.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked, c.nearHits} {
+	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked, c.nearHits,
+		c.wbLocal, c.wbExact, c.wbSyncs, c.wbNodes, c.over, c.under, c.unmeasured} {
 		ch <- d
 	}
 	for _, d := range c.share {
@@ -389,6 +406,15 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, open)
 	ch <- prometheus.MustNewConstMetric(c.localCharged, prometheus.CounterValue, float64(st.LocalCharged))
 	ch <- prometheus.MustNewConstMetric(c.localUntracked, prometheus.CounterValue, float64(st.LocalUntracked))
+	ch <- prometheus.MustNewConstMetric(c.wbLocal, prometheus.CounterValue, float64(st.WriteBackLocal))
+	ch <- prometheus.MustNewConstMetric(c.wbExact, prometheus.CounterValue, float64(st.WriteBackExact))
+	ch <- prometheus.MustNewConstMetric(c.wbSyncs, prometheus.CounterValue, float64(st.WriteBackSyncs))
+	ch <- prometheus.MustNewConstMetric(c.wbNodes, prometheus.GaugeValue, float64(st.WriteBackNodes))
+	for _, e := range c.rs.TierErrors() {
+		ch <- prometheus.MustNewConstMetric(c.over, prometheus.CounterValue, float64(e.Overshoot), e.Rule)
+		ch <- prometheus.MustNewConstMetric(c.under, prometheus.CounterValue, float64(e.Undershoot), e.Rule)
+		ch <- prometheus.MustNewConstMetric(c.unmeasured, prometheus.CounterValue, float64(e.Unmeasured), e.Rule)
+	}
 	sh := st.Share
 	for i, v := range []float64{float64(sh.Takes), float64(sh.Local), float64(sh.Keys), float64(sh.Nodes), float64(sh.Returned), float64(sh.Lost)} {
 		kind := prometheus.CounterValue

@@ -1,0 +1,91 @@
+-- writeback adds a node's unsynced hits on one key to the window they were
+-- admitted in, and may make one exact decision (redisstore/writeback.go).
+-- The key's policy has one rule, a fixed window (no calendar) or a sliding
+-- window counter. keys[1] the key; argv: now (0: Redis TIME), the rule's
+-- name and signature, the hits' window start (0: none), the hits, and a
+-- cost to decide exactly (0: none). Returns {allowed, the hits' window's
+-- count before and after them (-1: that window is gone), then the state
+-- now: window start, previous count, current count, and now}.
+
+-- A fixed window's state written here keeps, after its two words, the
+-- count and start of the window before (s[3], s[4]; decide carries them
+-- along untouched), so that hits a node sends after the window ended are
+-- still measured against it. fixedroll moves s on to window ws.
+local function fixedroll(p, s, ws)
+  if ws > s[1] then
+    s[3], s[4] = s[2], s[1]
+    s[1], s[2] = ws, 0
+  end
+end
+
+-- wbwindow returns the index in s of window tag's count, or nil when s no
+-- longer holds it; with add, s first moves on to tag if it is behind.
+local function wbwindow(p, s, tag, add)
+  if p.kind == K_FIXED then
+    if add then fixedroll(p, s, tag) end
+    if s[1] == tag then return 2 end
+    if s[4] == tag then return 3 end
+    return nil
+  end
+  if add and s[1] < tag then counter.advance(p, s, tag) end
+  if s[1] == tag then return 3 end
+  if s[1] == tag + p.period then return 2 end
+  return nil
+end
+
+local function writeback(keys, argv)
+  local now = tonumber(argv[1])
+  if now == 0 then now = redisnow() end
+  local p = params(argv[2], argv[3])
+  if p == nil then return badsig(argv[3]) end
+  if (p.kind ~= K_FIXED and p.kind ~= K_COUNTER) or p.cal ~= 0 then
+    return redis.error_reply('floodgate: write-back needs a fixed window with a period or a sliding window counter')
+  end
+  local tag, hits, cost = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
+  local key = keys[1]
+  local raw = redis.call('GET', key)
+  local s
+  if raw then
+    local v = cmsgpack.unpack(raw)
+    for j = 1, #v, 3 do
+      if v[j] == p.name then
+        if v[j + 1] == p.sig then
+          s = v[j + 2]
+        else
+          local oldp = parse(p.name, v[j + 1])
+          s = fresh(p)
+          if oldp then s = convert(oldp, v[j + 2], p, s, now) end
+        end
+        break
+      end
+    end
+  end
+  if s == nil then s = fresh(p) end
+  local before, after = -1, -1
+  if tag > 0 then
+    local i = wbwindow(p, s, tag, hits > 0)
+    if i then
+      before = s[i]
+      s[i] = s[i] + hits
+      after = s[i]
+    end
+  end
+  if p.kind == K_FIXED then fixedroll(p, s, floordiv(now, p.period) * p.period) end
+  local t = p.algo.advance(p, s, now)
+  local allowed = 0
+  if cost > 0 and cost <= p.burst and p.algo.fits(p, s, t, cost, p.burst) then
+    p.algo.commit(p, s, t, cost)
+    allowed = 1
+  end
+  if hits > 0 or allowed == 1 then
+    if p.algo.used(p, s, t) == 0 and s[2] == 0 and (s[3] or 0) == 0 then
+      redis.call('DEL', key)
+    else
+      local reset = max(p.algo.reset(p, s, t), s[1] + p.period - t)
+      redis.call('SET', key, cmsgpack.pack({p.name, p.sig, s}), 'PX', ttlstring(ceildiv(reset, 1000) + 1))
+    end
+  end
+  local prev, cur = 0, s[2]
+  if p.kind == K_COUNTER then prev, cur = s[2], s[3] end
+  return {allowed, before, after, s[1], prev, cur, t}
+end

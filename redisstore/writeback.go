@@ -1,0 +1,825 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/algo"
+)
+
+// Write-back (floodgate.TierWriteBack; docs/REDIS.md "Write-back").
+//
+// A hot key of a write-back rule is decided in memory: from the count Redis
+// last returned for its window plus this process's unsynced hits. The hits
+// of every such key go to Redis in one pipelined call (WriteBackFunction,
+// one FCALL per key) every Options.WriteBackInterval, or sooner once a key
+// has taken half its hit threshold, and each reply brings back the key's
+// global count.
+//
+// The bound. With n live nodes (heartbeats: wbnodes.go) and a rule of limit
+// L and budget B, a node admits locally at most N = floor(B×L/n) hits
+// after the start of its last successful sync; past N it decides exactly
+// (one call that also carries its unsynced hits). So at any moment each
+// node holds at most N admissions the others cannot see, and a window ends
+// at most n×N <= B×L over its limit. A node also decides exactly when
+// N < 1 (the budget cannot be kept: B×L < n) and, for a fixed window,
+// while the count it read is within n×N of the limit (a margin for a node
+// count that has grown since the heartbeats last said). It refuses locally only when the count it read
+// plus its own hits leave no room, which the true count (never lower)
+// confirms. Redis lost: local admissions go on up to N, then the exact
+// decisions meet the rule's failure mode.
+//
+// Scope: policies of one rule, a fixed window with a period or a sliding
+// window counter, mode hard; OpAllow only, and not in an all-or-nothing
+// group. Anything else is decided exactly.
+//
+// Memory: at most Options.WriteBackKeys entries; a key is promoted (hot)
+// when it takes at least wbHotHits decisions in wbRateSpan, demoted when it
+// falls below a quarter of that, and forgotten after wbIdle without
+// decisions. A full table replaces a cold entry, or decides the new key
+// exactly.
+type writeBack struct {
+	s        *Store
+	interval time.Duration
+	maxKeys  int
+	hotHits  int64
+	nodes    nodeCounter
+
+	mu      sync.Mutex
+	m       map[lsKey]*wbEntry
+	dmu     sync.Mutex
+	dirty   []*wbEntry // entries with something to sync (wbEntry.dirty)
+	rules   sync.Map   // label → *wbRuleStats
+	lastNow atomic.Int64
+
+	local, syncs, exact, full atomic.Int64
+
+	once   sync.Once
+	kick   chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+const (
+	wbRateSpan = 100 * time.Millisecond // the span a key's rate is measured over
+	wbIdle     = 2 * time.Second        // an entry without decisions this long goes
+)
+
+// wbRuleStats is a rule's measured error (Store.TierErrors).
+type wbRuleStats struct {
+	over, under, unmeasured atomic.Int64
+}
+
+// TierError is a write-back rule's measured error since the store started:
+// the requests a window admitted beyond the rule's limit (Overshoot), and
+// the requests refused locally that Redis's count showed room for
+// (Undershoot). Each process counts what its own syncs measured; a fleet's
+// error is the sum over its processes. Unmeasured counts admitted hits
+// that reached Redis after their window had left its state (two windows
+// on): the overshoot of that window may be larger by as much.
+type TierError struct {
+	Rule                              string // the policy's name, '/', the rule's name
+	Overshoot, Undershoot, Unmeasured int64
+}
+
+// TierErrors returns every write-back rule's measured error.
+func (s *Store) TierErrors() []TierError {
+	var out []TierError
+	s.wb.rules.Range(func(k, v any) bool {
+		rs := v.(*wbRuleStats)
+		out = append(out, TierError{Rule: k.(string), Overshoot: rs.over.Load(), Undershoot: rs.under.Load(), Unmeasured: rs.unmeasured.Load()})
+		return true
+	})
+	return out
+}
+
+// wbPolicy is what write-back needs of a policy, kept with it.
+type wbPolicy struct {
+	ok     bool
+	p      algo.Params
+	name   string // the rule's
+	sig    string
+	budget float64
+	rs     *wbRuleStats
+}
+
+type wbAttach struct{}
+
+func (w *writeBack) policy(pol *floodgate.Policy) *wbPolicy {
+	c := compiledOf(pol)
+	if v, ok := c.Attached.Load(wbAttach{}); ok {
+		return v.(*wbPolicy)
+	}
+	wp := &wbPolicy{}
+	rules := pol.Rules()
+	if len(rules) == 1 && rules[0].Tier == floodgate.TierWriteBack {
+		p := c.Params[0]
+		if (p.Kind == algo.FixedWindow && p.Cal == algo.CalNone || p.Kind == algo.SlidingCounter) && p.Soft == 0 && p.Elastic == 0 {
+			pa := newPolicyArgs(pol)
+			label := pol.Name() + "/" + rules[0].Name
+			v, _ := w.rules.LoadOrStore(label, &wbRuleStats{})
+			wp = &wbPolicy{ok: true, p: p, name: pa.static[0], sig: pa.static[1], budget: rules[0].Budget, rs: v.(*wbRuleStats)}
+		}
+	}
+	v, _ := c.Attached.LoadOrStore(wbAttach{}, wp)
+	return v.(*wbPolicy)
+}
+
+// window returns the start of the window now is in.
+func (wp *wbPolicy) window(now int64) int64 {
+	ws := now / wp.p.Period * wp.p.Period
+	if now < 0 && ws != now {
+		ws -= wp.p.Period
+	}
+	return ws
+}
+
+// threshold is N, the most hits a node admits locally between syncs, with
+// n live nodes: floor(Budget × Limit / n).
+func (wp *wbPolicy) threshold(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return int64(wp.budget * float64(wp.p.Limit) / float64(n))
+}
+
+// A wbEntry is one key's write-back state; mu guards it.
+type wbEntry struct {
+	mu   sync.Mutex
+	rkey string
+	wp   *wbPolicy
+	last int64 // the caller's clock at the last decision (µs)
+
+	rateAt, rateHits int64
+	hot              bool
+
+	synced         bool  // the fields below hold a reply
+	ws, prev, cur  int64 // Redis's state at the last reply
+	pendWin, pend  int64 // unsynced admitted hits, of window pendWin
+	flying         int64 // of pend, sent in a sync not yet answered
+	adm, syncedAdm int64 // local admissions; adm at the start of the last successful sync
+
+	refWin, refused, refMin int64 // local refusals in window refWin not yet checked
+	refAt                   int64 // the last one's time
+	refCheck                int64 // when the refusals last asked for a sync
+
+	wait  chan struct{} // closed when the sync in flight with hits answers
+	dirty bool          // in writeBack.dirty
+}
+
+func newWriteBack(s *Store, opts Options) *writeBack {
+	w := &writeBack{s: s, interval: opts.WriteBackInterval, maxKeys: opts.WriteBackKeys,
+		m: make(map[lsKey]*wbEntry), kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	// hot: at least two decisions per sync interval, measured over wbRateSpan
+	w.hotHits = max(2, int64(2*wbRateSpan/w.interval))
+	w.nodes = newWBNodes(s)
+	return w
+}
+
+// begin starts the flusher and the heartbeats, on the first write-back
+// decision.
+func (w *writeBack) begin() {
+	w.once.Do(func() {
+		if w.closed.Load() {
+			return
+		}
+		w.wg.Add(1)
+		go w.run()
+	})
+}
+
+func (w *writeBack) close() {
+	if w.closed.Swap(true) {
+		return
+	}
+	w.once.Do(func() {}) // none starts after this
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// decide makes op's decision if its key is a hot write-back key; ok is
+// false when the store decides it as usual.
+func (w *writeBack) decide(ctx context.Context, now int64, op *floodgate.Op) (d floodgate.Decision, ok bool, err error) {
+	wp := w.policy(op.Policy)
+	// (before Redis 7 there is no function library: exact)
+	if !wp.ok || op.Cost <= 0 || w.closed.Load() || w.s.scriptMode.Load() {
+		return d, false, nil
+	}
+	w.begin()
+	w.noteNow(now)
+	e := w.entry(op, wp, now)
+	if e == nil {
+		return d, false, nil
+	}
+	e.mu.Lock()
+	e.last = now
+	if !e.rate(now, w.hotHits) {
+		e.mu.Unlock()
+		return d, false, nil
+	}
+	e.mu.Unlock()
+	d, err = w.hot(ctx, now, op, e)
+	return d, true, err
+}
+
+// hot decides op on its hot key's entry e.
+func (w *writeBack) hot(ctx context.Context, now int64, op *floodgate.Op, e *wbEntry) (floodgate.Decision, error) {
+	wp := e.wp
+	n := w.nodes.live()
+	L, cost := wp.p.Limit, op.Cost
+	N := wp.threshold(n)
+	waited := false
+again:
+	e.mu.Lock()
+	ws := wp.window(now)
+	if e.mustCall(N, cost, ws) {
+		e.mu.Unlock()
+		return w.exactly(ctx, now, op, e)
+	}
+	prev, cur := e.at(ws)
+	if e.pend > 0 {
+		cur += e.pend
+	}
+	est := used(&wp.p, ws, prev, cur, now)
+	if est+cost > L { // the true count is no lower: exact refuses too
+		w.refused(e, ws, now, cost)
+		d := e.decision(false, ws, prev, cur, now, cost)
+		e.mu.Unlock()
+		w.local.Add(1)
+		return d, nil
+	}
+	g := used(&wp.p, ws, prev, cur-e.pend, now)
+	// Near a fixed window's limit, exactly: that costs about Budget×Limit
+	// calls a window. A saturated sliding window counter frees room all
+	// the time, so it would be exact always; its threshold bounds it.
+	if wp.p.Kind != algo.SlidingCounter && g+n*N+cost > L {
+		e.mu.Unlock()
+		return w.exactly(ctx, now, op, e)
+	}
+	if e.adm-e.syncedAdm+cost > N {
+		// past the threshold: wait once for the sync in flight, whose
+		// reply may leave room, rather than call Redis beside it
+		ch := e.wait
+		e.mu.Unlock()
+		if ch == nil || waited {
+			return w.exactly(ctx, now, op, e)
+		}
+		if err := waitFor(ctx, ch); err != nil {
+			return floodgate.Decision{}, err
+		}
+		waited = true
+		goto again
+	}
+	e.pend += cost
+	e.pendWin = ws
+	e.adm += cost
+	w.markDirty(e)
+	d := e.decision(true, ws, prev, cur+cost, now, cost)
+	half := e.adm-e.syncedAdm >= max(1, N/2)
+	e.mu.Unlock()
+	w.local.Add(1)
+	if half { // the flusher syncs now, not at its next tick
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	return d, nil
+}
+
+// mustCall reports whether e (locked) is to be decided in Redis whatever
+// its count: the budget cannot be kept (N < 1), the cost is above the
+// limit (Redis says it is too large), Redis's count is not known yet, or
+// hits of an ended window are unsynced.
+func (e *wbEntry) mustCall(N, cost, ws int64) bool {
+	return N < 1 || cost > e.wp.p.Limit || !e.synced || (e.pend > 0 && e.pendWin != ws)
+}
+
+// refused books a local refusal on e (locked), to be checked against
+// Redis's count (checkRefusals).
+func (w *writeBack) refused(e *wbEntry, ws, now, cost int64) {
+	if e.refWin != ws || e.refused == 0 {
+		e.refWin, e.refused, e.refMin = ws, 0, cost
+	}
+	e.refused += cost
+	e.refMin = min(e.refMin, cost)
+	e.refAt = now
+	// refusals alone ask for a sync (to be checked) at most every ten
+	// intervals: a key that only refuses costs Redis little
+	if now-e.refCheck >= 10*w.interval.Microseconds() {
+		e.refCheck = now
+		w.markDirty(e)
+	}
+}
+
+func (w *writeBack) noteNow(now int64) {
+	for {
+		l := w.lastNow.Load()
+		if now <= l || w.lastNow.CompareAndSwap(l, now) {
+			return
+		}
+	}
+}
+
+// rate counts a decision and reports whether the key is hot.
+func (e *wbEntry) rate(now, hotHits int64) bool {
+	e.rateHits++
+	if span := wbRateSpan.Microseconds(); now-e.rateAt >= span {
+		switch {
+		case e.rateAt == 0:
+		case e.rateHits >= hotHits*(now-e.rateAt)/span:
+			e.hot = true
+		case e.hot && e.rateHits < hotHits*(now-e.rateAt)/span/4 && e.pend == 0:
+			e.hot, e.synced = false, false
+		}
+		e.rateAt, e.rateHits = now, 0
+	}
+	return e.hot
+}
+
+// entry returns op's key's entry, made if there is room; nil when the
+// table is full of hot keys.
+func (w *writeBack) entry(op *floodgate.Op, wp *wbPolicy, now int64) *wbEntry {
+	k := lsKey{op.Policy.Name(), op.Key}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.m[k]; e != nil {
+		if e.wp == wp {
+			return e
+		}
+		// a new version of the policy: its state starts again from Redis
+		e.mu.Lock()
+		idle := e.pend == 0 && e.flying == 0
+		e.mu.Unlock()
+		if !idle {
+			return nil
+		}
+		delete(w.m, k)
+	}
+	if len(w.m) >= w.maxKeys && !w.evictCold() {
+		w.full.Add(1)
+		return nil
+	}
+	e := &wbEntry{rkey: w.s.Key(op.Policy.Name(), op.Key), wp: wp, rateAt: now}
+	w.m[k] = e
+	return e
+}
+
+// evictCold removes, of the first few cold entries the map yields, the one
+// with the fewest decisions in its current rate span (a flood's keys have
+// one or two; a key turning hot has many).
+func (w *writeBack) evictCold() bool {
+	var victim lsKey
+	least, tried := int64(-1), 0
+	for k, e := range w.m {
+		if tried++; tried > 8 {
+			break
+		}
+		e.mu.Lock()
+		cold, hits := !e.hot && e.pend == 0 && e.flying == 0, e.rateHits
+		e.mu.Unlock()
+		if cold && (least < 0 || hits < least) {
+			victim, least = k, hits
+		}
+	}
+	if least < 0 {
+		return false
+	}
+	delete(w.m, victim)
+	return true
+}
+
+// at returns Redis's previous and current counts as of window ws, from the
+// last reply.
+func (e *wbEntry) at(ws int64) (prev, cur int64) {
+	P := e.wp.p.Period
+	switch {
+	case e.ws >= ws: // Redis's window (or one ahead of this clock)
+		return e.prev, e.cur
+	case e.ws+P == ws:
+		if e.wp.p.Kind == algo.SlidingCounter {
+			return e.cur, 0
+		}
+		return 0, 0
+	}
+	return 0, 0
+}
+
+// used is a window algorithm's count at now: the current count, plus the
+// previous window's weighted by its overlap for a sliding window counter.
+func used(p *algo.Params, ws, prev, cur, now int64) int64 {
+	if p.Kind != algo.SlidingCounter || prev == 0 {
+		return cur
+	}
+	el := min(max(now-ws, 0), p.Period)
+	return cur + mulDiv(prev, p.Period-el, p.Period)
+}
+
+// mulDiv is floor(a×b/c) for a, b >= 0 and c > 0, without overflow for
+// the counts and periods here (a below 2^31, b and c periods in µs).
+func mulDiv(a, b, c int64) int64 {
+	q, r := b/c, b%c
+	return a*q + a*r/c
+}
+
+// decision is a local (or reply's) decision on the entry's rule, the
+// counts prev and cur of window ws being those after it.
+func (e *wbEntry) decision(allowed bool, ws, prev, cur, now, cost int64) floodgate.Decision {
+	p := &e.wp.p
+	L := p.Limit
+	u := used(p, ws, prev, cur, now)
+	d := floodgate.Decision{Allowed: allowed, Limit: L, Remaining: max(0, L-u), Rule: e.wp.name}
+	end := ws + p.Period
+	d.ResetAfter = time.Duration(end-now) * time.Microsecond
+	if p.Kind == algo.SlidingCounter && cur > 0 {
+		d.ResetAfter += time.Duration(p.Period) * time.Microsecond
+	}
+	if !allowed {
+		d.Reason = floodgate.ReasonLimited
+		d.RetryAfter = time.Duration(retryAt(p, ws, prev, cur, cost)-now) * time.Microsecond
+		if d.RetryAfter < 0 {
+			d.RetryAfter = 0
+		}
+	}
+	return d
+}
+
+// retryAt is when a request of cost fits (the Lua's counter.retry; the
+// window's end for a fixed window).
+func retryAt(p *algo.Params, ws, prev, cur, cost int64) int64 {
+	P, L := p.Period, p.Limit
+	if p.Kind != algo.SlidingCounter {
+		return ws + P
+	}
+	first := func(x, a int64) int64 { // least elapsed e with floor(x(P-e)/P) <= a
+		if x <= a {
+			return 0
+		}
+		return max(0, P-ceilMulDiv(a+1, P, x)+1)
+	}
+	if a := L - cost - cur; a >= 0 {
+		return ws + first(prev, a)
+	}
+	return ws + P + first(cur, L-cost)
+}
+
+func ceilMulDiv(a, b, c int64) int64 {
+	q := mulDiv(a, b, c)
+	if q*c < a*b {
+		return q + 1
+	}
+	return q
+}
+
+// A wbSync is one key's part of a sync: what it sends.
+type wbSync struct {
+	e             *wbEntry
+	done          chan struct{} // e.wait, made by this sync
+	tag, hits     int64
+	adm           int64
+	refWin, refdn int64
+}
+
+// snapshot takes what a sync of e sends: its hits not yet sent (with their
+// window), or, with none, the window of refusals to check.
+func (e *wbEntry) snapshot() wbSync {
+	sn := wbSync{e: e, hits: e.pend - e.flying, adm: e.adm}
+	switch {
+	case sn.hits > 0:
+		sn.tag = e.pendWin
+	case e.refused > 0:
+		sn.tag = e.refWin
+	}
+	e.flying += sn.hits
+	if sn.hits > 0 && e.wait == nil {
+		e.wait = make(chan struct{})
+		sn.done = e.wait
+	}
+	return sn
+}
+
+// applyReply takes a sync's reply v (or its failure) into e, and counts the
+// error it measured.
+func (e *wbEntry) applyReply(sn wbSync, v []int64, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.flying -= sn.hits
+	if sn.done != nil {
+		close(sn.done)
+		e.wait = nil
+	}
+	if err != nil || len(v) < 7 {
+		return
+	}
+	e.pend -= sn.hits
+	e.syncedAdm = max(e.syncedAdm, sn.adm)
+	ws, prev, cur := v[3], v[4], v[5]
+	switch {
+	case !e.synced || ws > e.ws:
+		e.ws, e.prev, e.cur = ws, prev, cur
+	case ws == e.ws:
+		e.prev, e.cur = max(e.prev, prev), max(e.cur, cur)
+	}
+	e.synced = true
+	e.measure(sn.hits, v[1], v[2])
+	if sn.tag != 0 && sn.tag == e.refWin && e.refused > 0 {
+		e.checkRefusals(sn.tag, v)
+	}
+}
+
+// args are WriteBackFunction's arguments for a sync sn deciding cost.
+func (w *writeBack) args(now int64, sn wbSync, cost int64) []string {
+	if !w.s.opts.ClientTime {
+		now = 0
+	}
+	wp := sn.e.wp
+	return []string{strconv.FormatInt(now, 10), wp.name, wp.sig, strconv.FormatInt(sn.tag, 10),
+		strconv.FormatInt(sn.hits, 10), strconv.FormatInt(cost, 10)}
+}
+
+func (w *writeBack) fcall(key string, args []string) rueidis.Completed {
+	return w.s.client.B().Fcall().Function(WriteBackFunction).Numkeys(1).Key(key).Arg(args...).Build()
+}
+
+// exactly decides op in Redis, in the call that carries the key's unsynced
+// hits; when Redis cannot answer, the rule's failure mode decides.
+func (w *writeBack) exactly(ctx context.Context, now int64, op *floodgate.Op, e *wbEntry) (floodgate.Decision, error) {
+	s := w.s
+	brk := s.breakerFor(e.rkey)
+	if !brk.allow() {
+		return s.degrade(ctx, now, op, nil), nil
+	}
+	start := time.Now()
+	sctx, ok := s.storeContextAt(ctx, start)
+	if !ok {
+		if ctx.Err() != nil {
+			return floodgate.Decision{}, ctx.Err()
+		}
+		return s.degrade(ctx, now, op, errNoTime), nil
+	}
+	e.mu.Lock()
+	sn := e.snapshot()
+	e.mu.Unlock()
+	s.calls.Add(1)
+	w.exact.Add(1)
+	v, err := w.do(sctx, []rueidis.Completed{w.fcall(e.rkey, w.args(now, sn, op.Cost))})[0].AsIntSlice()
+	w.replied(sn, v, err)
+	if err == nil && len(v) >= 7 {
+		s.answered(start.UnixMicro())
+		brk.success()
+		e.mu.Lock()
+		d := e.decision(v[0] == 1, v[3], v[4], v[5], max(v[6], v[3]), op.Cost)
+		e.mu.Unlock()
+		return d, nil
+	}
+	if ctx.Err() != nil {
+		return floodgate.Decision{}, ctx.Err()
+	}
+	s.failed(brk, err, sctx, start.UnixMicro())
+	return s.degrade(ctx, now, op, err), nil
+}
+
+// do sends cmds in one pipeline, loading the library first if Redis lacks
+// it.
+func (w *writeBack) do(ctx context.Context, cmds []rueidis.Completed) []rueidis.RedisResult {
+	s := w.s
+	if !s.libLoaded.Load() {
+		if err := s.loadLibrary(ctx); err != nil {
+			return errResults(len(cmds), err)
+		}
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	if len(res) > 0 && notLoaded(res[0].Error()) {
+		s.libLoaded.Store(false)
+		if err := s.loadLibrary(ctx); err != nil {
+			return errResults(len(cmds), err)
+		}
+		res = s.client.DoMulti(ctx, cmds...)
+	}
+	return res
+}
+
+func errResults(n int, err error) []rueidis.RedisResult {
+	res := make([]rueidis.RedisResult, n)
+	for i := range res {
+		res[i] = rueidis.NewErrorResult(err)
+	}
+	return res
+}
+
+// run is the flusher: every interval (or when a key has taken half its
+// threshold) it syncs every key with unsynced hits, and every second it
+// drops idle entries. It runs the heartbeats too.
+func (w *writeBack) run() {
+	defer w.wg.Done()
+	tick := time.NewTicker(w.interval)
+	defer tick.Stop()
+	w.nodes.beat()
+	lastBeat, lastSweep := time.Now(), time.Now()
+	for {
+		select {
+		case <-w.stop:
+			w.flush()
+			w.nodes.leave()
+			return
+		case <-tick.C:
+		case <-w.kick:
+		}
+		w.flush()
+		if time.Since(lastBeat) >= wbBeatEvery {
+			w.nodes.beat()
+			lastBeat = time.Now()
+		}
+		if time.Since(lastSweep) >= time.Second {
+			w.sweep()
+			lastSweep = time.Now()
+		}
+	}
+}
+
+// flush syncs, in one pipelined call, every key with unsynced hits or
+// refusals to check.
+func (w *writeBack) flush() {
+	w.dmu.Lock()
+	dirty := w.dirty
+	w.dirty = nil
+	w.dmu.Unlock()
+	var sns []wbSync
+	for _, e := range dirty {
+		e.mu.Lock()
+		e.dirty = false
+		if e.pend-e.flying > 0 || e.refused > 0 {
+			sns = append(sns, e.snapshot())
+		}
+		e.mu.Unlock()
+	}
+	if len(sns) == 0 {
+		return
+	}
+	s := w.s
+	brk := s.breakerFor(sns[0].e.rkey)
+	if !brk.allow() {
+		for _, sn := range sns {
+			w.replied(sn, nil, errBreakerOpen)
+		}
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout())
+	defer cancel()
+	cmds := make([]rueidis.Completed, len(sns))
+	now := w.lastNow.Load()
+	for i, sn := range sns {
+		cmds[i] = w.fcall(sn.e.rkey, w.args(now, sn, 0))
+	}
+	w.syncs.Add(1)
+	var firstErr error
+	for i, r := range w.do(ctx, cmds) {
+		v, err := r.AsIntSlice()
+		w.replied(sns[i], v, err)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr == nil {
+		brk.success()
+	} else {
+		s.failed(brk, firstErr, ctx, start.UnixMicro())
+	}
+}
+
+// sweep drops the entries idle for wbIdle with nothing to sync.
+func (w *writeBack) sweep() {
+	cut := w.lastNow.Load() - wbIdle.Microseconds()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, e := range w.m {
+		e.mu.Lock()
+		idle := e.last < cut && e.pend == 0 && e.flying == 0
+		e.mu.Unlock()
+		if idle {
+			delete(w.m, k)
+		}
+	}
+}
+
+// wbStats are Stats' write-back counters.
+func (w *writeBack) stats(st *Stats) {
+	st.WriteBackLocal, st.WriteBackExact, st.WriteBackSyncs = w.local.Load(), w.exact.Load(), w.syncs.Load()
+	st.WriteBackNodes = w.nodes.live()
+	w.mu.Lock()
+	st.WriteBackKeys = len(w.m)
+	w.mu.Unlock()
+}
+
+// split decides a batch (no group) whose write-back ops go one by one
+// (each is a local decision or its own call), the others as a batch.
+func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) (bool, error) {
+	var rest []int
+	for i := range ops {
+		if ops[i].Kind != floodgate.OpAllow || !s.wb.policy(ops[i].Policy).ok {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == len(ops) {
+		return false, nil
+	}
+	for i := range ops {
+		if ops[i].Kind == floodgate.OpAllow && s.wb.policy(ops[i].Policy).ok {
+			d, err := s.Do(ctx, now, ops[i])
+			if err != nil {
+				return true, err
+			}
+			out[i] = d
+		}
+	}
+	if len(rest) == 0 {
+		return true, nil
+	}
+	rops, rout := make([]floodgate.Op, len(rest)), make([]floodgate.Decision, len(rest))
+	for j, i := range rest {
+		rops[j] = ops[i]
+	}
+	if err := s.doBatch(ctx, now, rops, nil, rout); err != nil {
+		return true, err
+	}
+	for j, i := range rest {
+		out[i] = rout[j]
+	}
+	return true, nil
+}
+
+// measure counts what hits took their window's count from before to
+// after beyond the limit (after -1: the window was gone).
+func (e *wbEntry) measure(hits, before, after int64) {
+	L := e.wp.p.Limit
+	switch {
+	case hits > 0 && after >= 0:
+		if o := max(0, after-L) - max(0, before-L); o > 0 {
+			e.wp.rs.over.Add(o)
+		}
+	case hits > 0:
+		e.wp.rs.unmeasured.Add(hits)
+	}
+}
+
+// checkRefusals counts as undershoot the local refusals of window tag that
+// the reply v shows Redis had room for: its count for the window (with,
+// for a sliding window counter, the window before, weighted at the last
+// refusal) plus the smallest refused cost within the limit.
+func (e *wbEntry) checkRefusals(tag int64, v []int64) {
+	p := &e.wp.p
+	after, prev := v[2], int64(0)
+	if p.Kind == algo.SlidingCounter {
+		if v[3] != tag {
+			after = -1 // the window before is gone from the reply
+		}
+		prev = v[4]
+	}
+	if after >= 0 {
+		if u := used(p, tag, prev, after, e.refAt); u+e.refMin <= p.Limit {
+			e.wp.rs.under.Add(min(e.refused, p.Limit-u))
+		}
+	}
+	e.refused = 0
+}
+
+// markDirty puts e (locked) on the flusher's list, once.
+func (w *writeBack) markDirty(e *wbEntry) {
+	if e.dirty {
+		return
+	}
+	e.dirty = true
+	w.dmu.Lock()
+	w.dirty = append(w.dirty, e)
+	w.dmu.Unlock()
+}
+
+// replied applies a sync's reply to its entry, which goes back on the
+// flusher's list if something is still to sync (a failed sync's hits).
+func (w *writeBack) replied(sn wbSync, v []int64, err error) {
+	e := sn.e
+	e.applyReply(sn, v, err)
+	e.mu.Lock()
+	if e.pend-e.flying > 0 || e.refused > 0 {
+		w.markDirty(e)
+	}
+	e.mu.Unlock()
+}
+
+// waitFor waits for ch to close, or for ctx's end.
+func waitFor(ctx context.Context, ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
