@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"math"
 	"strconv"
@@ -37,8 +35,6 @@ import (
 // the others are decided exactly.
 
 const (
-	shareBeat     = time.Second     // a node's heartbeat
-	shareDead     = 3 * time.Second // a node silent this long is not counted
 	shareSweep    = 50 * time.Millisecond
 	shareHorizon  = 100_000 // µs of this node's demand a slice is sized for (at most a tenth of the window)
 	shareIdle     = 250_000 // µs without a decision after which a key's slice is given back
@@ -111,8 +107,6 @@ type shares struct {
 	s       *Store
 	max     int
 	hot     int32
-	node    string
-	live    atomic.Int64
 	mu      sync.RWMutex
 	keys    map[string]*slice
 	seen    map[string]int32 // cold keys' decisions in second seenAt
@@ -128,13 +122,9 @@ type shares struct {
 }
 
 func newShares(s *Store) *shares {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return &shares{s: s, max: s.opts.ShareKeys, hot: int32(s.opts.ShareHotRate), node: hex.EncodeToString(b),
+	return &shares{s: s, max: s.opts.ShareKeys, hot: int32(s.opts.ShareHotRate),
 		keys: map[string]*slice{}, seen: map[string]int32{}, stop: make(chan struct{}), done: make(chan struct{})}
 }
-
-func (sh *shares) nodesKey() string { return sh.s.opts.Prefix + ":1:nodes" }
 
 // lookup returns key's slice, promoting the key when it is hot and there
 // is room; nil: decide exactly.
@@ -165,7 +155,7 @@ func (sh *shares) lookup(ctx context.Context, key string, now int64, p *floodgat
 	sh.mu.Unlock()
 	sh.start.Do(func() {
 		sh.started.Store(true)
-		sh.beat(ctx, sh.s.opts.Timeout) // the live count before the first slice is sized
+		sh.s.nodes.beat() // the live count before the first slice is sized
 		go sh.run()
 	})
 	return e
@@ -320,7 +310,7 @@ func (sh *shares) prepare(t, cost int64, pl *sharePlan, e *slice) (shareAsk, flo
 		}
 		e.left, e.full = 0, false
 	}
-	a.want = e.want(t, cost-e.left, pl, sh.live.Load())
+	a.want = e.want(t, cost-e.left, pl, sh.s.nodes.live())
 	return a, floodgate.Decision{}, stepTake
 }
 
@@ -423,35 +413,19 @@ func (sh *shares) call(sctx context.Context, brk *breaker, now int64, p *floodga
 	return shareReply{granted: v[0], now: v[1], rule: v[2], limit: v[3], remaining: v[4]}, nil
 }
 
-// beat announces this node and reads how many are live, within d.
-func (sh *shares) beat(ctx context.Context, d time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	c, k := sh.s.client, sh.nodesKey()
-	ms := time.Now().UnixMilli()
-	res := c.DoMulti(ctx,
-		c.B().Zadd().Key(k).ScoreMember().ScoreMember(float64(ms), sh.node).Build(),
-		c.B().Zremrangebyscore().Key(k).Min("-inf").Max(strconv.FormatInt(ms-shareDead.Milliseconds(), 10)).Build(),
-		c.B().Zcard().Key(k).Build(),
-		c.B().Pexpire().Key(k).Milliseconds(10*shareDead.Milliseconds()).Build())
-	if n, err := res[2].AsInt64(); err == nil && n > 0 {
-		sh.live.Store(n)
-	}
-}
-
 // run beats and sweeps until the store closes.
 func (sh *shares) run() {
 	defer close(sh.done)
 	sweep := time.NewTicker(shareSweep)
 	defer sweep.Stop()
-	beat := time.NewTicker(shareBeat)
+	beat := time.NewTicker(nodesBeatEvery)
 	defer beat.Stop()
 	for {
 		select {
 		case <-sh.stop:
 			return
 		case <-beat.C:
-			sh.beat(context.Background(), shareBeat)
+			sh.s.nodes.beat()
 		case <-sweep.C:
 			sh.sweep(sh.clock(), false)
 		}
@@ -533,9 +507,7 @@ func (sh *shares) close() {
 	}
 	<-sh.done
 	sh.sweep(sh.clock(), true)
-	ctx, cancel := context.WithTimeout(context.Background(), shareBackWait)
-	defer cancel()
-	sh.s.client.Do(ctx, sh.s.client.B().Zrem().Key(sh.nodesKey()).Member(sh.node).Build())
+	sh.s.nodes.leave()
 }
 
 // ShareStats are local share's counters (Stats.Share).
@@ -552,7 +524,7 @@ func (sh *shares) stats() ShareStats {
 	sh.mu.RLock()
 	n := len(sh.keys)
 	sh.mu.RUnlock()
-	return ShareStats{Takes: sh.takes.Load(), Local: sh.local.Load(), Keys: n, Nodes: sh.live.Load(),
+	return ShareStats{Takes: sh.takes.Load(), Local: sh.local.Load(), Keys: n, Nodes: sh.s.nodes.live(),
 		Returned: sh.back.Load(), Lost: sh.lost.Load()}
 }
 

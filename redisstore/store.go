@@ -131,6 +131,7 @@ type Store struct {
 	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
 	shareScript *rueidis.Lua // ShareFunction as a script, likewise
 	shares      *shares      // local share's slices (share.go)
+	nodes       *nodeSet     // the heartbeats both tiers count nodes by (nodes.go)
 	co          *coalescer   // nil: every decision is a call of its own
 	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
 	batchAlways bool         // tests: a lone decision goes through BatchFunction too
@@ -218,6 +219,7 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
 		moveScript: rueidis.NewLuaScript(MoveScript()), shareScript: rueidis.NewLuaScript(ShareScript())}
+	s.nodes = newNodeSet(s)
 	s.shares = newShares(s)
 	if opts.MaxTimeout > opts.Timeout {
 		s.adapt = newAdaptive(opts.Timeout, opts.MaxTimeout)

@@ -22,7 +22,7 @@ import (
 // has taken half its hit threshold, and each reply brings back the key's
 // global count.
 //
-// The bound. With n live nodes (heartbeats: wbnodes.go) and a rule of limit
+// The bound. With n live nodes (heartbeats: nodes.go) and a rule of limit
 // L and budget B, a node admits locally at most N = floor(B×L/n) hits
 // after the start of its last successful sync; past N it decides exactly
 // (one call that also carries its unsynced hits). So at any moment each
@@ -49,7 +49,7 @@ type writeBack struct {
 	interval time.Duration
 	maxKeys  int
 	hotHits  int64
-	nodes    nodeCounter
+	nodes    *nodeSet
 
 	mu      sync.Mutex
 	m       map[lsKey]*wbEntry
@@ -179,7 +179,7 @@ func newWriteBack(s *Store, opts Options) *writeBack {
 		m: make(map[lsKey]*wbEntry), kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	// hot: at least two decisions per sync interval, measured over wbRateSpan
 	w.hotHits = max(2, int64(2*wbRateSpan/w.interval))
-	w.nodes = newWBNodes(s)
+	w.nodes = s.nodes
 	return w
 }
 
@@ -633,7 +633,7 @@ func (w *writeBack) run() {
 		case <-w.kick:
 		}
 		w.flush()
-		if time.Since(lastBeat) >= wbBeatEvery {
+		if time.Since(lastBeat) >= nodesBeatEvery {
 			w.nodes.beat()
 			lastBeat = time.Now()
 		}
