@@ -32,11 +32,13 @@ type load struct {
 	calls   atomic.Int64
 	errs    atomic.Int64
 	stop    chan struct{}
+	once    sync.Once
 	wg      sync.WaitGroup
 }
 
-func startLoad(ls ...*floodgate.Limiter) *load {
+func startLoad(t *testing.T, ls ...*floodgate.Limiter) *load {
 	ld := &load{stop: make(chan struct{})}
+	t.Cleanup(ld.halt) // a test that fails early leaves no load behind
 	for g := range 8 {
 		ld.wg.Add(1)
 		go func() {
@@ -67,10 +69,15 @@ func startLoad(ls ...*floodgate.Limiter) *load {
 	return ld
 }
 
+// halt stops the load and waits for its callers (once).
+func (ld *load) halt() {
+	ld.once.Do(func() { close(ld.stop) })
+	ld.wg.Wait()
+}
+
 func (ld *load) finish(t *testing.T) {
 	t.Helper()
-	close(ld.stop)
-	ld.wg.Wait()
+	ld.halt()
 	budget := faultTimeout + faultMargin
 	if ld.budget != nil {
 		budget = ld.budget()
@@ -168,7 +175,7 @@ func TestFaultsKillAndStop(t *testing.T) {
 	timeout := starved.Allow(faultTimeout, 3)
 	t.Logf("store timeout %v (goroutines woke up to %v late)", timeout, starved.Worst())
 	before := runtime.NumGoroutine()
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: timeout, BreakerCooldown: 200 * time.Millisecond})
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{Timeout: timeout, BreakerCooldown: 200 * time.Millisecond, NoNearCache: true}) // the load's key is refused: without the near cache it keeps asking Redis
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +188,7 @@ func TestFaultsKillAndStop(t *testing.T) {
 	// the first call loads the function library, which a starved host may
 	// take longer than the timeout to do
 	eventuallyStarved(t, starved, 3*time.Second, 10, "healthy at start", healthy)
-	ld := startLoad(f.open, f.closed, f.local)
+	ld := startLoad(t, f.open, f.closed, f.local)
 	ld.budget = func() time.Duration { return timeout + starved.Allow(faultMargin, 3) }
 
 	// A crash: connections refused.
@@ -224,14 +231,14 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	// idle host, plus a multiple of how late this one wakes goroutines
 	starved := redistest.WatchStarvation(t)
 	timeout := starved.Allow(faultTimeout, 3)
-	s, err := redisstore.New("redis-sentinel://"+set.Sentinel.Addr+"/"+set.Name, redisstore.Options{Timeout: timeout, BreakerCooldown: 200 * time.Millisecond})
+	s, err := redisstore.New("redis-sentinel://"+set.Sentinel.Addr+"/"+set.Name, redisstore.Options{Timeout: timeout, BreakerCooldown: 200 * time.Millisecond, NoNearCache: true}) // the load's key is refused: without the near cache it keeps asking Redis
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	f := newFaultLimiters(s)
 	ctx := context.Background()
-	ld := startLoad(f.open, f.closed, f.local)
+	ld := startLoad(t, f.open, f.closed, f.local)
 	ld.budget = func() time.Duration { return timeout + starved.Allow(faultMargin, 3) }
 	set.Master.Kill()
 	// The sentinel notices after a second and promotes the replica; the

@@ -397,7 +397,7 @@ func (sh *shares) call(sctx context.Context, brk *breaker, now int64, p *floodga
 		return sh.s.callFunction(sctx, sh.s.client, ShareFunction, sh.s.shareScript, keys, args)
 	}
 	var res rueidis.RedisResult
-	if brk.troubled.Load() {
+	if brk.troubled.Load() || sh.closed.Load() { // closing: never wait past sctx
 		res = within(sctx, do, rueidis.NewErrorResult)
 	} else {
 		res = do()
