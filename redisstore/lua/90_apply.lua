@@ -2,7 +2,8 @@
 -- internal/algo.ApplyTo does.
 --
 -- A decision's key holds, MessagePack-encoded, the flat list name1,
--- signature1, state1, name2, ... of its policy's rules. Two entry points:
+-- signature1, state1, name2, ... of its policy's rules (85_state.lua). Two
+-- entry points:
 --
 -- apply    one decision. keys[1] its key; argv: now (0: Redis TIME), op,
 --          cost, max delay, spare mask, rule count, then per rule: name,
@@ -32,14 +33,24 @@ local function fresh(p)
   return s
 end
 
+-- num reads an integer argument: small ones (counts, ops, costs, a
+-- client time of 0) from a table, since tonumber (strtod) costs about a
+-- thousand instructions a call.
+local smallints = {}
+for i = 0, 255 do smallints[tostring(i)] = i end
+local function num(s) return smallints[s] or tonumber(s) end
+
+-- redisnow reads Redis TIME in µs, its seconds parsed once a second.
+local lastsec, lastsecus = nil, 0
 local function redisnow()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if t[1] ~= lastsec then lastsec, lastsecus = t[1], tonumber(t[1]) * 1000000 end
+  return lastsecus + tonumber(t[2])
 end
 
 -- Tables reused by every call (Lua runs one call at a time); entries
 -- past the policy's rule count are stale and never read.
-local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, out = {}}
+local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}}
 
 -- ttlstring returns a TTL in ms as SET's argument, a string: a Lua number
 -- would be formatted with %.17g (by a slower snprintf). Each is formatted
@@ -57,25 +68,32 @@ local function ttlstring(ms)
 end
 
 -- decide makes one decision on key under the rules ps[1..n] (their
--- calendar bounds set), and returns its ten numbers.
-local function decide(key, ps, n, now, op, cost, maxdelay, spare)
+-- calendar bounds set), at now, from Redis TIME when rclock, and returns
+-- its ten numbers.
+local function decide(key, ps, n, now, rclock, op, cost, maxdelay, spare)
   -- Load each rule's state by name; convert state written under other
   -- parameters. A stored rule this policy version no longer has is dropped
   -- at once (by writing the key back), as the memory store converts a key
   -- at a new version: a rule added back later starts fresh.
   local v, nstored = nil, 0
+  local st, nows, ceils = scratch.st, scratch.nows, scratch.ceils
+  local fast, had = false, 0 -- the stored value in this release's layout; its expiry
   local raw = redis.call('GET', key)
   if raw then
-    v = cmsgpack.unpack(raw)
-    nstored = #v / 3
+    fast, had = unpackfast(raw, ps, n, st)
+    if not fast then
+      v, had = unpackvalue(raw)
+      nstored = #v / 3
+    end
   end
-  local st, nows, ceils = scratch.st, scratch.nows, scratch.ceils
   local write = false
   local matched = 0
   for i = 1, n do
     local p = ps[i]
     local s
-    if v then
+    if fast then
+      s = st[i]
+    elseif v then
       for j = 1, #v, 3 do
         if v[j] == p.name then
           matched = matched + 1
@@ -199,12 +217,8 @@ local function decide(key, ps, n, now, op, cost, maxdelay, spare)
     if not anyused then
       redis.call('DEL', key)
     else
-      local out = scratch.out
-      for i = 1, n do
-        out[3 * i - 2], out[3 * i - 1], out[3 * i] = ps[i].name, ps[i].sig, st[i]
-      end
-      for k = 3 * n + 1, #out do out[k] = nil end
-      redis.call('SET', key, cmsgpack.pack(out), 'PX', ttlstring(ceildiv(maxreset, 1000) + 1))
+      local ttl = ceildiv(maxreset, 1000) + 1
+      store(key, ps, st, n, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl))
     end
   end
 
@@ -217,7 +231,7 @@ local function badsig(sig) return redis.error_reply('floodgate: bad rule signatu
 -- into ps: each rule's parameters, its calendar bounds set. It returns the
 -- rule count, or nil and an error reply for a signature it cannot read.
 local function readrules(argv, ps)
-  local n = tonumber(argv[6])
+  local n = num(argv[6])
   for i = 1, n do
     local b = 6 + (i - 1) * RULE_FIELDS
     local p = params(argv[b + 1], argv[b + 2])
@@ -231,12 +245,13 @@ local function readrules(argv, ps)
 end
 
 local function apply(keys, argv)
-  local now = tonumber(argv[1])
-  if now == 0 then now = redisnow() end
+  local now = num(argv[1])
+  local rclock = now == 0
+  if rclock then now = redisnow() end
   local ps = scratch.ps
   local n, bad = readrules(argv, ps)
   if n == nil then return bad end
-  return {decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))}
+  return {decide(keys[1], ps, n, now, rclock, num(argv[2]), num(argv[3]), num(argv[4]), num(argv[5]))}
 end
 
 -- batch makes the decisions of keys in order. grouped: argv's packed
@@ -248,8 +263,8 @@ end
 -- check. Redis runs the call alone, so nothing sees a group half done.
 local function batch(keys, argv, grouped)
   local pols, o = {}, 1
-  for i = 1, tonumber(argv[1]) do
-    local n, ps = tonumber(argv[o + 1]), {}
+  for i = 1, num(argv[1]) do
+    local n, ps = num(argv[o + 1]), {}
     for r = 1, n do
       local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
       if p == nil then return badsig(argv[o + 2 * r + 1]) end
@@ -282,7 +297,8 @@ local function batch(keys, argv, grouped)
       ls, lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx = s, pi, now, op, cost, maxdelay, spare, nx
     end
     local ps = pols[pi]
-    if now == 0 then
+    local rclock = now == 0
+    if rclock then
       tnow = tnow or redisnow()
       now = tnow
     end
@@ -291,7 +307,7 @@ local function batch(keys, argv, grouped)
       local p = ps[r]
       if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
     end
-    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, as or op, cost, maxdelay, spare)
+    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, rclock, as or op, cost, maxdelay, spare)
     if ok then
       -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
       -- integers (redisstore's decideMessage); cheaper to build, send
