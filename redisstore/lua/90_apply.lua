@@ -34,11 +34,17 @@ local function fresh(p)
 end
 
 -- num reads an integer argument: small ones (counts, ops, costs, a
--- client time of 0) from a table, since tonumber (strtod) costs about a
--- thousand instructions a call.
+-- client time of 0) from a table once seen, since tonumber (strtod) costs
+-- about a thousand instructions a call.
 local smallints = {}
-for i = 0, 255 do smallints[tostring(i)] = i end
-local function num(s) return smallints[s] or tonumber(s) end
+local function num(s)
+  local v = smallints[s]
+  if v == nil then
+    v = tonumber(s)
+    if v and #s <= 3 then smallints[s] = v end -- a bounded set
+  end
+  return v
+end
 
 -- redisnow reads Redis TIME in µs, its seconds parsed once a second.
 local lastsec, lastsecus = nil, 0
@@ -67,6 +73,42 @@ local function ttlstring(ms)
   return t
 end
 
+-- allow1 is decide for the commonest decision, OP_ALLOW under one rule,
+-- on state s read in this release's layout (or fresh), with the same
+-- results in fewer steps (as internal/algo's single.go): one rule decides,
+-- and there is nothing to convert or drop.
+local function allow1(key, ps, s, had, now, rclock, cost, spare)
+  local p = ps[1]
+  local a = p.algo
+  local t = a.advance(p, s, now)
+  local ceiling = p.burst
+  if p.soft > 0 then ceiling = p.soft
+  elseif p.elastic > 0 and spare % 2 == 1 then ceiling = p.elastic end
+  local toolarge = cost > ceiling
+  local allowed, write = false, false
+  if not toolarge then allowed = a.fits(p, s, t, cost, ceiling) end
+  if allowed or (p.cr and not toolarge) then
+    a.commit(p, s, t, cost)
+    write = true
+  end
+  local rem, reset = a.remaining(p, s, t), a.reset(p, s, t)
+  local retry = 0
+  if not allowed and not toolarge then retry = a.retry(p, s, t, cost, ceiling) end
+  local used = a.used(p, s, t)
+  local excess = allowed and (p.soft > 0 or p.elastic > 0) and used > p.burst
+  if write then
+    if used == 0 then
+      redis.call('DEL', key)
+    else
+      local ttl = ceildiv(reset, 1000) + 1
+      local st = scratch.st
+      st[1] = s
+      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl))
+    end
+  end
+  return allowed and 1 or 0, toolarge and 1 or 0, excess and 1 or 0, 0, p.limit, rem, reset, retry, 0, now
+end
+
 -- decide makes one decision on key under the rules ps[1..n] (their
 -- calendar bounds set), at now, from Redis TIME when rclock, and returns
 -- its ten numbers.
@@ -85,6 +127,9 @@ local function decide(key, ps, n, now, rclock, op, cost, maxdelay, spare)
       v, had = unpackvalue(raw)
       nstored = #v / 3
     end
+  end
+  if n == 1 and op == OP_ALLOW and (fast or not raw) then
+    return allow1(key, ps, fast and st[1] or fresh(ps[1]), had, now, rclock, cost, spare)
   end
   local write = false
   local matched = 0
