@@ -309,11 +309,23 @@ end
 local function batch(keys, argv, grouped)
   local pols, o = {}, 1
   for i = 1, num(argv[1]) do
-    local n, ps = num(argv[o + 1]), {}
-    for r = 1, n do
-      local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
-      if p == nil then return badsig(argv[o + 2 * r + 1]) end
-      ps[r] = p
+    local n, ps = num(argv[o + 1]), nil
+    if n == 1 then -- the list of one rule, kept with it
+      local p = params(argv[o + 2], argv[o + 3])
+      if p == nil then return badsig(argv[o + 3]) end
+      ps = p.one
+      if ps == nil then
+        ps = {p, cal = p.cal ~= 0}
+        p.one = ps
+      end
+    else
+      ps = {cal = false}
+      for r = 1, n do
+        local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
+        if p == nil then return badsig(argv[o + 2 * r + 1]) end
+        ps[r] = p
+        ps.cal = ps.cal or p.cal ~= 0
+      end
     end
     pols[i] = ps
     o = o + 1 + 2 * n
@@ -348,9 +360,11 @@ local function batch(keys, argv, grouped)
       now = tnow
     end
     local n = #ps
-    for r = 1, n do
-      local p = ps[r]
-      if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
+    if ps.cal then
+      for r = 1, n do
+        local p = ps[r]
+        if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
+      end
     end
     local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, rclock, as or op, cost, maxdelay, spare)
     if ok then
@@ -375,15 +389,16 @@ local function batch(keys, argv, grouped)
   end
   -- a group is decided where its first member stands, with every later
   -- member of its byte, wherever they are
-  local done = {}
+  local done = nil -- the members of groups decided
   for i = 1, nk do
-    local g = string.byte(argv[o + i], 3)
+    local g = sbyte(argv[o + i], 3)
     if g == 0 then
       run(i, nil)
-    elseif not done[i] then
+    elseif not (done and done[i]) then
+      done = done or {}
       local ms = {}
       for m = i, nk do
-        if string.byte(argv[o + m], 3) == g then
+        if sbyte(argv[o + m], 3) == g then
           ms[#ms + 1] = m
           done[m] = true
         end
