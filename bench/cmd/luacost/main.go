@@ -6,13 +6,18 @@
 // EXPIRE per descriptor, pipelined), and beside other versions of the
 // library (from luaab -print). Every variant is loaded under a name of its
 // own and the variants take turns in blocks of requests, one request per
-// round trip, over keys of their own (1,000 per descriptor), so that a
+// round trip, over keys of their own (-keys per descriptor), so that a
 // drifting machine weighs on all alike. It prints each variant's median
-// over the blocks, and its ratio to the first.
+// over the blocks, and its ratio to the first. With -callgrind, against a
+// redis-server run under valgrind --tool=callgrind, it counts
+// instructions per request instead (docs/BENCHMARKS.md, issue 19), which
+// repeat where a shared machine's timings do not.
 //
 //	go run ./cmd/luacost                          # this tree's library against envoyproxy/ratelimit's commands
 //	go run ./cmd/luacost -lib /tmp/before.lua     # and another library
 //	go run ./cmd/luacost -descriptors 1
+//	valgrind --tool=callgrind --callgrind-out-file=/tmp/cg/callgrind.out.%p redis-server --port 7404 --save "" &
+//	go run ./cmd/luacost -addr 127.0.0.1:7404 -callgrind /tmp/cg -keys 10 -block 1000 -lib /tmp/before.lua
 package main
 
 import (
