@@ -75,14 +75,8 @@ func mixedTraces(t *testing.T, s *redisstore.Store, old rueidis.Client, traces i
 		for step := range 60 {
 			now += r.Int64N(5_000_000)
 			spare = r.IntN(2) == 0
-			key := fmt.Sprintf("k%d", r.IntN(2))
-			kinds := []floodgate.OpKind{floodgate.OpAllow, floodgate.OpAllow, floodgate.OpAllow, floodgate.OpPeek, floodgate.OpCharge, floodgate.OpRefund}
-			op := floodgate.Op{Policy: p, Key: key, Kind: kinds[r.IntN(len(kinds))], Cost: r.Int64N(3)}
-			for i, rule := range p.Rules() {
-				if rule.Mode == floodgate.Elastic && spare {
-					op.Spare |= 1 << i
-				}
-			}
+			op := mixedOp(r, p, spare)
+			key := op.Key
 			if st[key] == nil {
 				st[key] = make([]int64, storekit.Width(p))
 			}
@@ -98,8 +92,7 @@ func mixedTraces(t *testing.T, s *redisstore.Store, old rueidis.Client, traces i
 					t.Fatal(err)
 				}
 			}
-			if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.Limit != want.Limit ||
-				got.ResetAfter != want.ResetAfter || got.RetryAfter != want.RetryAfter || got.Rule != want.Rule {
+			if !sameDecision(got, want) {
 				t.Fatalf("trace %d step %d (%s %s cost %d, rules %+v): got %+v, want %+v", trace, step, key, op.Kind, op.Cost, p.Rules(), got, want)
 			}
 		}
@@ -107,6 +100,24 @@ func mixedTraces(t *testing.T, s *redisstore.Store, old rueidis.Client, traces i
 	if viaOld == 0 || viaNew == 0 {
 		t.Fatalf("decisions through the old library %d, the new %d", viaOld, viaNew)
 	}
+}
+
+// mixedOp draws one operation of a mixed trace under p.
+func mixedOp(r *rand.Rand, p *floodgate.Policy, spare bool) floodgate.Op {
+	kinds := []floodgate.OpKind{floodgate.OpAllow, floodgate.OpAllow, floodgate.OpAllow, floodgate.OpPeek, floodgate.OpCharge, floodgate.OpRefund}
+	op := floodgate.Op{Policy: p, Key: fmt.Sprintf("k%d", r.IntN(2)), Kind: kinds[r.IntN(len(kinds))], Cost: r.Int64N(3)}
+	for i, rule := range p.Rules() {
+		if rule.Mode == floodgate.Elastic && spare {
+			op.Spare |= 1 << i
+		}
+	}
+	return op
+}
+
+// sameDecision compares what the old library's reply carries.
+func sameDecision(got, want floodgate.Decision) bool {
+	return got.Allowed == want.Allowed && got.Remaining == want.Remaining && got.Limit == want.Limit &&
+		got.ResetAfter == want.ResetAfter && got.RetryAfter == want.RetryAfter && got.Rule == want.Rule
 }
 
 // oldDecide makes op's decision through the old library's apply, with the

@@ -87,11 +87,24 @@ func run(addr string, libs []string, descs, block, blocks int) error {
 	}
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 1<<16)
+	vs, err := variants(addr, libs, c, r, descs)
+	if err != nil {
+		return err
+	}
+	if callgrind != "" {
+		return countInstructions(c, r, vs, block)
+	}
+	return timeCPU(c, r, vs, descs, block, blocks)
+}
+
+// variants loads this tree's library and libs, and returns them and
+// envoyproxy/ratelimit's commands as the variants to measure.
+func variants(addr string, libs []string, c net.Conn, r *bufio.Reader, descs int) ([]variant, error) {
 	vs := []variant{{name: "this tree", reqs: floodgateReqs(addr, "lc0", redisstore.Library(), c, r, descs, keys)}}
 	for i, f := range libs {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		vs = append(vs, variant{name: f, reqs: floodgateReqs(addr, fmt.Sprint("lc", i+1), string(b), c, r, descs, keys)})
 	}
@@ -105,12 +118,15 @@ func run(addr string, libs []string, descs, block, blocks int) error {
 	}})
 	for _, v := range vs {
 		if v.reqs == nil {
-			return errors.New("a library did not load")
+			return nil, errors.New("a library did not load")
 		}
 	}
-	if callgrind != "" {
-		return countInstructions(c, r, vs, block)
-	}
+	return vs, nil
+}
+
+// timeCPU runs blocks of each variant in turn, after a warm-up round,
+// and prints redis-server's CPU per request.
+func timeCPU(c net.Conn, r *bufio.Reader, vs []variant, descs, block, blocks int) error {
 	per := make([][]float64, len(vs))
 	for b := range blocks + 1 { // the first round warms up
 		for k := range vs {
@@ -120,8 +136,7 @@ func run(addr string, libs []string, descs, block, blocks int) error {
 				return err
 			}
 			for i := range block {
-				cmds := vs[j].reqs(i)
-				if err := pipeline(c, r, cmds); err != nil {
+				if err := pipeline(c, r, vs[j].reqs(i)); err != nil {
 					return fmt.Errorf("%s: %w", vs[j].name, err)
 				}
 			}
