@@ -293,13 +293,14 @@ func TestLocalModeChargesOnlyWhatStillCounts(t *testing.T) {
 		d, err := probe.Allow(context.Background(), "probe")
 		return err == nil && !d.Degraded
 	}
-	if a, _ := lmOffer(t, l, "k", 150, lmGoroutines, 0); a != 150 {
-		t.Fatalf("admitted %d of 150 on a healthy Redis", a)
+	a0, d0 := lmOffer(t, l, "k", 150, lmGoroutines, 0)
+	if a0 != 150 {
+		t.Fatalf("admitted %d of 150 on a healthy Redis", a0)
 	}
 	srv.Pause()
 	eventually(t, 10*time.Second, "the breaker opens", func() bool { healthy(); return st.Stats().Breaker })
-	// (a decision the loaded machine sent to the failure mode before is
-	// charged back meanwhile, or weighs nothing in window 2)
+	// (a decision the loaded machine sent to the failure mode before, one
+	// of d0, is charged back meanwhile or with window 2's: see below)
 	chargedBefore := st.Stats().LocalCharged
 	// window 1: 50 left on Redis, so local (seeded) admits 30 of 30
 	if a, d := lmOffer(t, l, "k", 30, lmGoroutines, 0); a != 30 || d != 30 {
@@ -319,8 +320,11 @@ func TestLocalModeChargesOnlyWhatStillCounts(t *testing.T) {
 	if a > 150 || a < 150-lmGoroutines {
 		t.Errorf("window 2 admitted %d on Redis after 50 locally, want 150 (the window-1 admissions charged: 120; none: 200)", a)
 	}
-	if charged != 50 {
-		t.Errorf("charged back %d, want the 50 of the current window", charged)
+	// The 50 of the current window; a healthy-phase decision a timeout on
+	// a loaded host sent to the failure mode (d0 of them) may be charged
+	// with them.
+	if charged < 50 || charged > 50+int64(d0) {
+		t.Errorf("charged back %d, want the 50 of the current window (and at most the %d decided locally while Redis was healthy)", charged, d0)
 	}
 }
 
