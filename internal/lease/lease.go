@@ -102,9 +102,15 @@ type Options struct {
 	// Clock is the time source (NowMicro); clock.Manual in tests. Nil: the
 	// package clock's coarse system clock.
 	Clock floodgate.Clock
-	// MaxClients bounds the clients the Table tracks across all resources;
-	// a new client beyond it gets ErrTooManyClients. 0: DefaultMaxClients.
+	// MaxClients bounds the clients the Table tracks, counting a client
+	// once per resource it asks for (the table's memory is proportional to
+	// it); a new one beyond it gets ErrTooManyClients. Clients whose leases
+	// have all expired are forgotten. 0: DefaultMaxClients.
 	MaxClients int
+	// Intermediate makes the Table an intermediate server's: a resource's
+	// capacity is what SetParent last gave for it (while that lease lasts),
+	// and 0 before the parent has answered, never the configured Capacity.
+	Intermediate bool
 }
 
 // DefaultMaxClients is the client bound of a Table whose Options give none.

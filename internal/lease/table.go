@@ -33,6 +33,16 @@ func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error)
 	return out[:0], errors.New("lease: not implemented yet")
 }
 
+// GetServer grants an intermediate server one lease per demand, appended
+// to out[:0] in order: the server is one client of each resource whose
+// wants are its own clients' (Demand.Bands, as its Table.Demand reports
+// them), each band weighing as many clients as it counts, so that fair and
+// proportional share treat the server's clients like direct ones. Demand.Has
+// is the lease the server holds now. Errors as Get's.
+func (t *Table) GetServer(server string, reqs []Demand, out []Lease) ([]Lease, error) {
+	return out[:0], errors.New("lease: not implemented yet")
+}
+
 // Release drops client's leases of resources: the client has stopped
 // using them, and their capacity is free for others at once.
 func (t *Table) Release(client string, resources []string) {}
