@@ -111,6 +111,10 @@ type Options struct {
 	// capacity is what SetParent last gave for it (while that lease lasts),
 	// and 0 before the parent has answered, never the configured Capacity.
 	Intermediate bool
+	// NoFastRefresh keeps every lease's refresh interval at the resource's
+	// refresh_interval, even in transition (see Table.Get); convergence
+	// after a demand shift then takes about one refresh interval more.
+	NoFastRefresh bool
 }
 
 // DefaultMaxClients is the client bound of a Table whose Options give none.
