@@ -117,8 +117,9 @@ func BenchmarkConvergence(b *testing.B) {
 // minutes, with loss of the responses lost, and returns the mean share of
 // the capacity in use (each client using min(lease, wants)) after a
 // 2-minute warm-up, and the most the clients held.
-func utilization(tb testing.TB, alg Algorithm, loss float64, seed uint64) (float64, float64, float64) {
-	s := newSim(tb, simOpts{alg: alg, capacity: 1000, clients: 100, loss: loss, seed: seed, step: 100 * time.Millisecond})
+func utilization(tb testing.TB, alg Algorithm, loss float64, seed uint64, steady bool) (float64, float64, float64) {
+	s := newSim(tb, simOpts{alg: alg, capacity: 1000, clients: 100, loss: loss, seed: seed, step: 100 * time.Millisecond,
+		table: Options{NoFastRefresh: steady}})
 	rng := rand.New(rand.NewPCG(seed, 11))
 	draw := func() float64 { return float64(5 + rng.IntN(40)) } // mean 25 x 100 clients = 2.5x the capacity
 	for _, c := range s.clients {
@@ -150,15 +151,21 @@ func utilization(tb testing.TB, alg Algorithm, loss float64, seed uint64) (float
 func BenchmarkUtilization(b *testing.B) {
 	for _, alg := range []Algorithm{FairShare, ProportionalShare} {
 		for _, loss := range []float64{0, 0.05} {
-			b.Run(fmt.Sprintf("%s/loss=%v", alg, loss), func(b *testing.B) {
-				var u, most, rate float64
-				for b.Loop() {
-					u, most, rate = utilization(b, alg, loss, 1)
+			for _, steady := range []bool{false, true} {
+				name := fmt.Sprintf("%s/loss=%v", alg, loss)
+				if steady {
+					name += "/NoFastRefresh"
 				}
-				b.ReportMetric(rate, "req/client/interval")
-				b.ReportMetric(100*u, "util%")
-				b.ReportMetric(100*most, "max-held%")
-			})
+				b.Run(name, func(b *testing.B) {
+					var u, most, rate float64
+					for b.Loop() {
+						u, most, rate = utilization(b, alg, loss, 1, steady)
+					}
+					b.ReportMetric(rate, "req/client/interval")
+					b.ReportMetric(100*u, "util%")
+					b.ReportMetric(100*most, "max-held%")
+				})
+			}
 		}
 	}
 }

@@ -114,7 +114,9 @@ type resState struct {
 	plans     []bandPlan
 	parts     []part // scratch for plan
 	dirty     bool
-	since     int // wants changes since the plans were computed
+	since     int     // wants changes since the plans were computed
+	churn     float64 // the sum of the wants' changes since then
+	fluxTo    int64   // demand is shifting until then (fast refresh for the unsatisfied)
 }
 
 // Table is documented in lease.go's API; its fields are its state.
@@ -347,6 +349,7 @@ func (e *entry) setParts(ps []part) {
 		wants += p.wants
 	}
 	e.rs.weight += w - e.weight
+	e.rs.churn += math.Abs(wants - e.wants)
 	e.weight, e.wants = w, wants
 	e.rs.dirty = true
 	e.rs.since++
@@ -400,7 +403,7 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	default:
 		e.prev = combine(e.prev, e.cur, now) // the newest may have been lost
 	}
-	refresh := t.refresh(rs, e.counted, want, g.units, learning)
+	refresh := t.refresh(rs, e, want, g.units, learning, now)
 	e.cur = g
 	t.recount(e, now)
 	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: refresh, Safe: t.safe(rs, capU)}
@@ -411,21 +414,25 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 const FastRefreshDivisor = 4
 
 // refresh is the refresh interval of a new lease: the resource's, or a
-// quarter of it while the lease is in transition, so that convergence
-// after a demand shift takes about one refresh interval more than the
-// shift itself rather than two: when the client shrinks (the table still
-// counts its older, larger lease until it shows it holds the new one), or
-// when under fair or proportional share it gets less than its target (the
-// room is coming as other clients confirm their shrinking).
-func (t *Table) refresh(rs *resState, counted, want, got int64, learning bool) time.Duration {
+// quarter of it while the lease is in transition, so that the leases
+// converge soon after a demand shift: when the client shrinks (the table
+// still counts its older, larger lease until it shows it holds the new
+// one); or under fair or proportional share, when it gets less than its
+// target (the room is coming as other clients confirm their shrinking), or
+// less than its wants while demand is shifting (its target may rise as the
+// other clients report their new wants: the wants changed by more than 1%
+// of the capacity within the last refresh interval).
+func (t *Table) refresh(rs *resState, e *entry, want, got int64, learning bool, now int64) time.Duration {
 	r := rs.conf.RefreshInterval
 	if t.steady {
 		return r
 	}
-	shrinking := counted > got
-	short := !learning && (rs.conf.Algorithm == FairShare || rs.conf.Algorithm == ProportionalShare) &&
-		want-got > max(want/100, 1)
-	if shrinking || short {
+	shrinking := e.counted > got
+	sharing := !learning && (rs.conf.Algorithm == FairShare || rs.conf.Algorithm == ProportionalShare)
+	short := sharing && want-got > max(want/100, 1)
+	wants := toUnits(e.wants)
+	shifting := sharing && now < rs.fluxTo && wants-got > max(wants/100, 1)
+	if shrinking || short || shifting {
 		return max(r/FastRefreshDivisor, min(r, 100*time.Millisecond))
 	}
 	return r
@@ -486,7 +493,12 @@ func (t *Table) replan(rs *resState) {
 			ps = append(ps, e.parts...)
 		}
 	}
-	capa := fromUnits(t.capUnits(rs, t.clock.NowMicro()))
+	now := t.clock.NowMicro()
+	capa := fromUnits(t.capUnits(rs, now))
+	if rs.churn > capa/100 {
+		rs.fluxTo = now + rs.conf.RefreshInterval.Microseconds()
+	}
+	rs.churn = 0
 	rs.plans = plan(rs.conf.Algorithm, rs.conf.StaticCapacity, capa, ps, rs.plans)
 	rs.parts = ps[:0]
 	rs.dirty, rs.since = false, 0

@@ -437,3 +437,33 @@ func TestTableConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Fast refresh: a lease in transition (shrinking unconfirmed, short of its
+// target, or unsatisfied while demand shifts) carries a quarter of the
+// refresh interval; in a steady state every lease carries the configured
+// one (no extra load); NoFastRefresh keeps it always.
+func TestTableFastRefresh(t *testing.T) {
+	for _, steady := range []bool{false, true} {
+		tb, clk := newTable(t, oneResource(FairShare, 100, ""), Options{NoFastRefresh: steady})
+		fast := 5 * time.Second / FastRefreshDivisor
+		if steady {
+			fast = 5 * time.Second
+		}
+		a := get(t, tb, "a", "r", 0, 80, Lease{})
+		b := get(t, tb, "b", "r", 0, 20, Lease{})
+		clk.Advance(5 * time.Second)
+		a = get(t, tb, "a", "r", 0, 10, a)  // shrinks: the table still counts 80
+		b = get(t, tb, "b", "r", 0, 200, b) // short of its target 90
+		if a.Refresh != fast || b.Refresh != fast {
+			t.Fatalf("steady=%v: in transition, refresh %v %v, want %v", steady, a.Refresh, b.Refresh, fast)
+		}
+		for i := 0; i < 12; i++ {
+			clk.Advance(a.Refresh)
+			a = get(t, tb, "a", "r", 0, 10, a)
+			b = get(t, tb, "b", "r", 0, 200, b)
+		}
+		if a.Capacity != 10 || b.Capacity != 90 || a.Refresh != 5*time.Second || b.Refresh != 5*time.Second {
+			t.Fatalf("steady=%v: steady state a %+v b %+v: want 10 and 90, refresh 5s", steady, a, b)
+		}
+	}
+}
