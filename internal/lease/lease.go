@@ -89,7 +89,9 @@ type Lease struct {
 
 // A Request is a client's ask for one resource: what it wants, at which
 // priority (a higher band is served first), and the lease it holds now
-// (the zero Lease: none).
+// (the zero Lease: none), exactly as it was granted (Capacity and Expiry
+// to the microsecond): that is how the table knows the client received its
+// newest lease, and stops counting the older ones.
 type Request struct {
 	Resource string
 	Priority int64

@@ -318,6 +318,7 @@ func (t *Table) state(resource string) *resState {
 		}
 		rs.gen = t.gen
 		rs.dirty = true
+		rs.plans = rs.plans[:0] // replanned at the next target: the algorithm may have changed
 		if t.learning {
 			rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
 		}
@@ -580,6 +581,17 @@ func (t *Table) Reload(cfg *Config) {
 	t.mu.Unlock()
 }
 
+// ReloadFile parses the resources file at path and, only if it has no
+// error, hands it to Reload: a bad file changes nothing.
+func (t *Table) ReloadFile(path string) error {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	t.Reload(cfg)
+	return nil
+}
+
 // SetParent makes the Table an intermediate server's for resource: its
 // capacity for resource is l.Capacity, and no lease it grants ends after
 // l.Expiry.
@@ -591,6 +603,9 @@ func (t *Table) SetParent(resource string, l Lease) {
 	defer t.mu.Unlock()
 	rs := t.state(resource)
 	rs.hasParent = true
+	if u := toUnits(l.Capacity); u != rs.parent.units {
+		rs.plans = rs.plans[:0] // replanned for the new capacity at the next target
+	}
 	rs.parent = grant{units: toUnits(l.Capacity), exp: l.Expiry.UnixMicro()}
 	rs.dirty = true
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -465,5 +466,41 @@ func TestTableFastRefresh(t *testing.T) {
 		if a.Capacity != 10 || b.Capacity != 90 || a.Refresh != 5*time.Second || b.Refresh != 5*time.Second {
 			t.Fatalf("steady=%v: steady state a %+v b %+v: want 10 and 90, refresh 5s", steady, a, b)
 		}
+	}
+}
+
+// ReloadFile is whole or nothing: a bad file changes nothing; a good one
+// applies at once, the algorithm included.
+func TestTableReloadFile(t *testing.T) {
+	tb, clk := newTable(t, oneResource(FairShare, 120, ""), Options{})
+	dir := t.TempDir()
+	path := dir + "/r.yaml"
+	os.WriteFile(path, []byte(oneResource(ProportionalShare, 120, "")+"  - id: x\n    capacity: -1\n"), 0o600)
+	if err := tb.ReloadFile(path); err == nil || !strings.Contains(err.Error(), "r.yaml:") {
+		t.Fatalf("got %v", err)
+	}
+	has := make([]Lease, 3)
+	wants := []float64{1000, 50, 10}
+	round := func() {
+		for i := range wants {
+			has[i] = get(t, tb, fmt.Sprint("c", i), "r", 0, wants[i], has[i])
+		}
+		clk.Advance(5 * time.Second)
+	}
+	for i := 0; i < 3; i++ {
+		round()
+	}
+	if has[0].Capacity != 60 {
+		t.Fatalf("after a bad file: %v, want fair share's 60", has[0].Capacity)
+	}
+	os.WriteFile(path, []byte(oneResource(ProportionalShare, 120, "")), 0o600)
+	if err := tb.ReloadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		round()
+	}
+	if !near(has[0].Capacity, 69.69) {
+		t.Fatalf("after reloading proportional share: %v, want 69.69", has[0].Capacity)
 	}
 }
