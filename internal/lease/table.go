@@ -119,7 +119,9 @@ type resState struct {
 	fluxTo    int64   // demand is shifting until then (fast refresh for the unsatisfied)
 }
 
-// Table is documented in lease.go's API; its fields are its state.
+// A Table is a capacity server's grant table: per resource, its clients,
+// their wants and priorities, and the leases granted to them. It is safe
+// for concurrent use (one mutex: every call is short).
 type Table struct {
 	mu           sync.Mutex
 	clock        floodgate.Clock
