@@ -614,7 +614,11 @@ func (t *Table) SetParent(resource string, l Lease) {
 
 // Demand returns, per resource, its clients' wants by priority band
 // (highest first) and the lease held from the parent: what an intermediate
-// server asks its parent for. Resources are sorted by id.
+// server asks its parent for (Table.GetServer). Has is the newest parent
+// lease, its Capacity raised to what this table's clients may still hold
+// (Outstanding) when that is more: leases granted under an older, larger
+// parent lease are still out, and the parent must go on counting them.
+// Resources are sorted by id.
 func (t *Table) Demand() []Demand {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -623,7 +627,12 @@ func (t *Table) Demand() []Demand {
 	for _, rs := range t.sorted() {
 		d := Demand{Resource: rs.id}
 		if rs.hasParent {
-			d.Has = Lease{Capacity: fromUnits(rs.parent.units), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
+			// What this server may still have out under its parent: the
+			// newest parent lease, or more while its clients still hold
+			// leases granted under an older, larger one. Reporting only the
+			// newest would let the parent take the older one for superseded
+			// and grant it to a sibling while the clients here still use it.
+			d.Has = Lease{Capacity: fromUnits(max(rs.parent.units, rs.held)), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
 		}
 		bands := map[int64]*Band{}
 		for _, e := range rs.list {
