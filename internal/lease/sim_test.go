@@ -29,8 +29,9 @@ type simClient struct {
 	id    string
 	prio  int64
 	wants float64
-	lease Lease // the newest lease it received
-	next  int64 // its next refresh, µs
+	lease Lease  // the lease it uses: the last it received
+	late  *Lease // a response still on its way, received after its next request went out
+	next  int64  // its next refresh, µs
 	state simState
 }
 
@@ -47,12 +48,12 @@ type sim struct {
 	out     []Lease
 
 	// figures
-	steps, overSteps      int
-	maxRatio              float64 // the most the clients held / capacity
-	utilSum               float64 // the sum over saturated steps of in-use / capacity
-	utilN                 int
-	utilMin               float64
-	gets, lost, tableMiss int
+	steps, overSteps int
+	maxRatio         float64 // the most the clients held / capacity
+	utilSum          float64 // the sum over saturated steps of in-use / capacity
+	utilN            int
+	utilMin          float64
+	gets, lost, late int
 }
 
 type simOpts struct {
@@ -133,9 +134,17 @@ func (s *sim) refresh() {
 			s.t.Fatal(err)
 		}
 		s.gets++
-		if s.rng.Float64() < s.loss {
+		if c.late != nil { // the previous answer arrives now, after this request went out
+			c.lease, c.late = *c.late, nil
+		}
+		switch x := s.rng.Float64(); {
+		case x < s.loss:
 			s.lost++ // the response is lost: c stays on its old lease
-		} else {
+		case x < 2*s.loss:
+			s.late++ // the response is late: c gets it after its next request
+			l := s.out[0]
+			c.late = &l
+		default:
 			c.lease = s.out[0]
 		}
 		// refresh every interval, jittered by up to 10% early
@@ -217,7 +226,8 @@ func (s *sim) checkAll(limit int64, what string, bounded bool) {
 func (s *sim) advance() { s.clk.Advance(s.step) }
 
 // TestSimulationNoOverGrant: 120 clients (and 40 more joining) with
-// shifting demand, joins, leaves, crashes and 5% lost responses, for every
+// shifting demand, joins, leaves, crashes, 5% lost responses and 5% late
+// ones (received after the client's next request went out), for every
 // algorithm, 20 simulated minutes: at every step the clients hold at most
 // the capacity, and the table's count bounds what they hold.
 func TestSimulationNoOverGrant(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -47,18 +48,6 @@ type grant struct {
 
 func (g grant) live(now int64) bool { return g.exp > now }
 
-// combine is a bound of two leases either of which a client may hold:
-// the larger capacity until the later expiry.
-func combine(a, b grant, now int64) grant {
-	switch {
-	case !a.live(now):
-		return b
-	case !b.live(now):
-		return a
-	}
-	return grant{max(a.units, b.units), max(a.exp, b.exp)}
-}
-
 // An entry is one client of one resource.
 type entry struct {
 	rs      *resState
@@ -66,12 +55,12 @@ type entry struct {
 	parts   []part
 	weight  int64 // clients it stands for
 	wants   float64
-	cur     grant // the newest lease granted
-	prev    grant // a bound of older leases it may still hold (a lost response)
-	counted int64 // what it may hold, as counted in rs.held
-	hidx    int   // index in the Table's expiry heap, -1 if none
-	next    int64 // the heap key: its next lease expiry
-	lidx    int   // index in rs.list
+	cur     grant   // the newest lease granted
+	olds    []grant // older leases it may still hold (a lost response): see addOld
+	counted int64   // what it may hold, as counted in rs.held
+	hidx    int     // index in the Table's expiry heap, -1 if none
+	next    int64   // the heap key: its next lease expiry
+	lidx    int     // index in rs.list
 	inline  [1]part
 }
 
@@ -81,8 +70,10 @@ func (e *entry) mayHold(now int64) int64 {
 	if e.cur.live(now) {
 		u = e.cur.units
 	}
-	if e.prev.live(now) {
-		u = max(u, e.prev.units)
+	for _, g := range e.olds {
+		if g.live(now) {
+			return max(u, g.units) // the first live one is the largest
+		}
 	}
 	return u
 }
@@ -91,12 +82,50 @@ func (e *entry) mayHold(now int64) int64 {
 // have expired.
 func (e *entry) nextExpiry(now int64) int64 {
 	var n int64
-	for _, g := range [2]grant{e.cur, e.prev} {
+	if e.cur.live(now) {
+		n = e.cur.exp
+	}
+	for _, g := range e.olds {
 		if g.live(now) && (n == 0 || g.exp < n) {
 			n = g.exp
 		}
 	}
 	return n
+}
+
+// maxOlds bounds the older leases kept per entry; beyond it the two
+// earliest are merged into one bound of both (larger capacity, later
+// expiry): never less than the truth.
+const maxOlds = 16
+
+// addOld records g as a lease the client may still hold. The list is kept
+// as what matters for the largest live lease at any later instant: sorted
+// by expiry, capacities strictly decreasing; a lease ending no later than
+// another at least as large is dropped, as are expired ones.
+func (e *entry) addOld(g grant, now int64) {
+	if !g.live(now) {
+		return
+	}
+	kept := e.olds[:0]
+	for _, o := range e.olds {
+		if o.live(now) && !(o.units <= g.units && o.exp <= g.exp) {
+			kept = append(kept, o)
+		}
+	}
+	i := len(kept)
+	for i > 0 && kept[i-1].exp > g.exp {
+		i--
+	}
+	if i > 0 && kept[i-1].exp == g.exp && kept[i-1].units >= g.units || i < len(kept) && kept[i].units >= g.units {
+		e.olds = kept // dominated by a lease kept
+		return
+	}
+	kept = slices.Insert(kept, i, g)
+	if len(kept) > maxOlds {
+		kept[1] = grant{max(kept[0].units, kept[1].units), kept[1].exp}
+		kept = slices.Delete(kept, 0, 1)
+	}
+	e.olds = kept
 }
 
 // resState is one resource's state.
@@ -397,14 +426,16 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	}
 	switch {
 	case has.Capacity == fromUnits(e.cur.units) && abs(h.exp-e.cur.exp) < 1000:
-		e.prev = e.cur // it holds the newest lease: older ones are superseded
+		e.olds = e.olds[:0] // it holds the newest lease: older ones are superseded
+		e.addOld(e.cur, now)
 	case learning:
 		// Trusted in learning mode only: what it says it holds (from the
 		// old master) counts until it holds the new lease.
 		h.exp = min(h.exp, now+rs.conf.LeaseLength.Microseconds())
-		e.prev = combine(combine(e.prev, e.cur, now), h, now)
+		e.addOld(e.cur, now)
+		e.addOld(h, now)
 	default:
-		e.prev = combine(e.prev, e.cur, now) // the newest may have been lost
+		e.addOld(e.cur, now) // the newest may have been lost
 	}
 	refresh := t.refresh(rs, e, want, g.units, learning, now)
 	e.cur = g
