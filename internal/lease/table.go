@@ -215,8 +215,9 @@ func normalize(cfg *Config) *Config {
 // A lease's Refresh is the resource's refresh interval, or a quarter of it
 // (FastRefreshDivisor, at least 100ms) while the lease is in transition:
 // the client shrinks (its older lease is counted until it shows it holds
-// the new one), or under fair or proportional share it gets less than its
-// target (room is coming). Options.NoFastRefresh turns this off.
+// the new one); or under fair or proportional share it gets less than its
+// target (room is coming), or less than its wants while demand shifts.
+// Options.NoFastRefresh turns this off.
 func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error) {
 	out = out[:0]
 	t.mu.Lock()
@@ -493,8 +494,8 @@ func (t *Table) safe(rs *resState, capU int64) float64 {
 func (t *Table) target(e *entry) float64 {
 	rs := e.rs
 	alg, static := rs.conf.Algorithm, rs.conf.StaticCapacity
-	if alg == None {
-		return e.wants
+	if alg == None && len(rs.plans) == 1 && t.planned(e) {
+		return e.wants // one band: no plan needed
 	}
 	if rs.dirty && (rs.since > len(rs.clients)/32 || !t.planned(e)) {
 		t.replan(rs)

@@ -588,3 +588,20 @@ func TestTableLateResponseCounted(t *testing.T) {
 		t.Fatalf("b got %v while a still uses its lease of 100", l.Capacity)
 	}
 }
+
+// Under none, a higher band is served first too: a lower-band client that
+// took everything is cut to what the higher band leaves, and the higher
+// band gets the room once it has shrunk.
+func TestTableNoneBands(t *testing.T) {
+	tb, clk := newTable(t, oneResource(None, 100, ""), Options{})
+	var lo, hi Lease
+	lo = get(t, tb, "lo", "r", 1, 100, lo)
+	for i := 0; i < 4; i++ {
+		hi = get(t, tb, "hi", "r", 9, 80, hi)
+		lo = get(t, tb, "lo", "r", 1, 100, lo)
+		clk.Advance(5 * time.Second)
+	}
+	if hi.Capacity != 80 || lo.Capacity != 20 {
+		t.Fatalf("hi %v lo %v, want 80 20", hi.Capacity, lo.Capacity)
+	}
+}
