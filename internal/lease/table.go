@@ -455,7 +455,7 @@ const FastRefreshDivisor = 4
 // one); or under fair or proportional share, when it gets less than its
 // target (the room is coming as other clients confirm their shrinking), or
 // less than its wants while demand is shifting (its target may rise as the
-// other clients report their new wants: the wants changed by more than 1%
+// other clients report their new wants: the wants changed by more than 5%
 // of the capacity within the last refresh interval).
 func (t *Table) refresh(rs *resState, e *entry, want, got int64, learning bool, now int64) time.Duration {
 	r := rs.conf.RefreshInterval
@@ -530,7 +530,7 @@ func (t *Table) replan(rs *resState) {
 	}
 	now := t.clock.NowMicro()
 	capa := fromUnits(t.capUnits(rs, now))
-	if rs.churn > capa/100 {
+	if rs.churn > capa/20 {
 		rs.fluxTo = now + rs.conf.RefreshInterval.Microseconds()
 	}
 	rs.churn = 0
