@@ -56,6 +56,10 @@ type writeBack struct {
 	lastNow atomic.Int64
 
 	local, syncs, exact, full atomic.Int64
+	// admitted is every local admission's cost, summed: a new entry's
+	// running total starts from it (idempotent syncs)
+	admitted  atomic.Int64
+	recSuffix string // ":wb:" and this node's id: its record of a key
 
 	once   sync.Once
 	kick   chan struct{}
@@ -167,6 +171,11 @@ type wbEntry struct {
 	refAt                   int64 // the last one's time
 	refCheck                int64 // when the refusals last asked for a sync
 
+	// total is the node's running total of hits admitted locally on the
+	// key, from writeBack.admitted at the entry's making (so above all a
+	// former entry of the key sent): a sync carries it (idempotent syncs)
+	total int64
+
 	wait  chan struct{} // closed when the sync in flight with hits answers
 	dirty bool          // in writeBack.dirty
 }
@@ -177,6 +186,7 @@ func newWriteBack(s *Store, opts Options) *writeBack {
 	// hot: at least two decisions per sync interval, measured over wbRateSpan
 	w.hotHits = max(2, int64(2*wbRateSpan/w.interval))
 	w.nodes = s.nodes
+	w.recSuffix = ":wb:" + s.nodes.id
 	return w
 }
 
@@ -277,6 +287,8 @@ again:
 	e.pend += cost
 	e.pendWin = ws
 	e.adm += cost
+	e.total += cost
+	w.admitted.Add(cost)
 	w.markDirty(e)
 	d := e.decision(true, ws, prev, cur+cost, now, cost)
 	half := e.adm-e.syncedAdm >= max(1, N/2)
@@ -364,7 +376,7 @@ func (w *writeBack) entry(op *floodgate.Op, wp *wbPolicy, now int64) *wbEntry {
 		w.full.Add(1)
 		return nil
 	}
-	e := &wbEntry{rkey: w.s.Key(op.Policy.Name(), op.Key), wp: wp, rateAt: now}
+	e := &wbEntry{rkey: w.s.Key(op.Policy.Name(), op.Key), wp: wp, rateAt: now, total: w.admitted.Load()}
 	w.m[k] = e
 	return e
 }
