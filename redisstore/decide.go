@@ -23,8 +23,13 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if known {
 		return d, nil
 	}
-	if op.Kind == floodgate.OpAllow {
+	switch op.Kind {
+	case floodgate.OpAllow:
 		if d, ok, err := s.wb.decide(ctx, now, &op); ok {
+			return d, err
+		}
+	case floodgate.OpPeek: // it sees this node's unsynced hits
+		if d, ok, err := s.wb.peek(ctx, now, &op); ok {
 			return d, err
 		}
 	}

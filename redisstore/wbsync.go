@@ -119,18 +119,25 @@ func (w *writeBack) exactly(ctx context.Context, now int64, op *floodgate.Op, e 
 	}
 	e.mu.Lock()
 	sn := e.snapshot()
+	others := e.flying - sn.hits // in syncs not answered yet
 	e.mu.Unlock()
+	cost := op.Cost
+	if op.Kind == floodgate.OpPeek {
+		cost = 0
+	}
 	s.calls.Add(1)
 	w.exact.Add(1)
-	v, err := w.do(sctx, []rueidis.Completed{w.fcall(sn, w.args(now, sn, op.Cost))})[0].AsIntSlice()
+	v, err := w.do(sctx, []rueidis.Completed{w.fcall(sn, w.args(now, sn, cost))})[0].AsIntSlice()
 	w.replied(sn, v, err)
 	if err == nil && len(v) >= 7 {
 		s.answered(start.UnixMicro())
 		brk.success()
 		e.mu.Lock()
-		d := e.decision(v[0] == 1, v[3], v[4], v[5], max(v[6], v[3]), op.Cost)
-		e.mu.Unlock()
-		return d, nil
+		defer e.mu.Unlock()
+		if op.Kind == floodgate.OpPeek {
+			return e.peekDecision(v, others, op.Cost), nil
+		}
+		return e.decision(v[0] == 1, v[3], v[4], v[5], max(v[6], v[3]), op.Cost), nil
 	}
 	if ctx.Err() != nil {
 		return floodgate.Decision{}, ctx.Err()
@@ -272,12 +279,18 @@ func (w *writeBack) stats(st *Stats) {
 	w.mu.Unlock()
 }
 
+// alone reports whether op, in a batch, is decided on its own (Do): an
+// OpAllow or OpPeek of a write-back policy.
+func (w *writeBack) alone(op *floodgate.Op) bool {
+	return (op.Kind == floodgate.OpAllow || op.Kind == floodgate.OpPeek) && w.policy(op.Policy).ok
+}
+
 // split decides a batch (no group) whose write-back ops go one by one
 // (each is a local decision or its own call), the others as a batch.
 func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) (bool, error) {
 	var rest []int
 	for i := range ops {
-		if ops[i].Kind != floodgate.OpAllow || !s.wb.policy(ops[i].Policy).ok {
+		if !s.wb.alone(&ops[i]) {
 			rest = append(rest, i)
 		}
 	}
@@ -285,7 +298,7 @@ func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []
 		return false, nil
 	}
 	for i := range ops {
-		if ops[i].Kind == floodgate.OpAllow && s.wb.policy(ops[i].Policy).ok {
+		if s.wb.alone(&ops[i]) {
 			d, err := s.Do(ctx, now, ops[i])
 			if err != nil {
 				return true, err
