@@ -113,8 +113,14 @@ type wbPolicy struct {
 
 type wbAttach struct{}
 
+// noWBPolicy is every exact policy's wbPolicy: not write-back.
+var noWBPolicy wbPolicy
+
 func (w *writeBack) policy(pol *floodgate.Policy) *wbPolicy {
 	c := compiledOf(pol)
+	if !c.Tiered {
+		return &noWBPolicy // an exact policy pays no lookup
+	}
 	if v, ok := c.Attached.Load(wbAttach{}); ok {
 		return v.(*wbPolicy)
 	}
