@@ -4,7 +4,7 @@
 // with its own listeners and peer connections), one key offered 10× its
 // limit (1,000 per 1 s window, token bucket, Behavior GLOBAL: each daemon
 // answers from its own copy of the owner's last broadcast and sends its
-// hits to the owner every GlobalSyncWait), 16 paced callers a daemon. It
+// hits to the owner every GlobalSyncWait), 16 paced callers a daemon (-callers). It
 // reports, per sync wait, the admitted count per window beyond the limit
 // (the overshoot) and the peer calls per decision (GetPeerRateLimits, the
 // non-owners' hits to the owner, and UpdatePeerGlobals, the owner's
@@ -41,10 +41,11 @@ func main() {
 	rate := flag.Int("rate", 10000, "requests a second offered, over all daemons")
 	duration := flag.Duration("duration", 10*time.Second, "length of each run")
 	waits := flag.String("sync-waits", "10ms,50ms", "GlobalSyncWait values, one run each")
+	callers := flag.Int("callers", 16, "paced callers a daemon")
 	flag.Parse()
 	fmt.Printf("%d Gubernator daemons (v2.13.0, Behavior GLOBAL, token bucket), one key limited to %d/s, %d requests/s offered, %s a run\n\n",
 		*nodes, *limit, *rate, *duration)
-	fmt.Println("| GlobalSyncWait | decisions | peer calls | calls/decision | windows | overshoot mean | overshoot max | errors |")
+	fmt.Println("| GlobalSyncWait | decisions (per s) | peer calls | calls/decision | windows | overshoot mean | overshoot max | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, w := range strings.Split(*waits, ",") {
 		wait, err := time.ParseDuration(w)
@@ -52,7 +53,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		if err := run(*nodes, *limit, *rate, *duration, wait); err != nil {
+		if err := run(*nodes, *callers, *limit, *rate, *duration, wait); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -111,7 +112,7 @@ type tally struct {
 	errs      int64
 }
 
-func run(nodes int, limit int64, rate int, d, wait time.Duration) error {
+func run(nodes, callers int, limit int64, rate int, d, wait time.Duration) error {
 	ds, err := spawn(nodes, wait)
 	defer func() {
 		for _, x := range ds {
@@ -122,7 +123,6 @@ func run(nodes int, limit int64, rate int, d, wait time.Duration) error {
 		return err
 	}
 	t := &tally{byReset: map[int64]int64{}}
-	const callers = 16
 	every := time.Duration(int64(time.Second) * int64(nodes*callers) / int64(rate))
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func run(nodes int, limit int64, rate int, d, wait time.Duration) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				call(c, t, limit, every, time.Duration(i)*every/callers, end)
+				call(c, t, limit, every, time.Duration(i)*every/time.Duration(callers), end)
 			}()
 		}
 	}
@@ -149,7 +149,7 @@ func run(nodes int, limit int64, rate int, d, wait time.Duration) error {
 		}
 		calls += n
 	}
-	report(t, limit, calls, wait)
+	report(t, limit, calls, wait, d)
 	return nil
 }
 
@@ -181,25 +181,28 @@ func call(c guber.V1Client, t *tally, limit int64, every, offset time.Duration, 
 
 // report prints a run's row: windows are the reset times the responses
 // named, the first and the last (partial) left out, and reset times
-// within 50 ms of each other taken for one window (the owner's and a
-// non-owner's copy of it).
-func report(t *tally, limit, calls int64, wait time.Duration) {
+// within 500 ms of each other taken for one window (the owner's and the
+// non-owners' copies of it, whose reset times differ).
+func report(t *tally, limit, calls int64, wait, d time.Duration) {
 	resets := make([]int64, 0, len(t.byReset))
 	for r := range t.byReset {
 		resets = append(resets, r)
 	}
 	slices.Sort(resets)
-	var wins []int64
-	last := int64(-1 << 62)
+	var wins, spans []int64
+	last, first := int64(-1<<62), int64(0)
 	for _, r := range resets {
-		if r-last > 50 {
+		if r-last > 500 {
 			wins = append(wins, 0)
+			spans = append(spans, 0)
+			first = r
 		}
 		wins[len(wins)-1] += t.byReset[r]
+		spans[len(spans)-1] = r - first
 		last = r
 	}
 	if len(wins) > 2 {
-		wins = wins[1 : len(wins)-1]
+		wins, spans = wins[1:len(wins)-1], spans[1:len(spans)-1]
 	}
 	var sum, most int64
 	for _, w := range wins {
@@ -211,9 +214,9 @@ func report(t *tally, limit, calls int64, wait time.Duration) {
 	if len(wins) > 0 {
 		mean = float64(sum) / float64(len(wins)) / float64(limit) * 100
 	}
-	fmt.Printf("| %s | %d | %d | %.3f | %d | +%.1f%% | +%.1f%% | %d |\n", wait, t.decisions, calls,
+	fmt.Printf("| %s | %d (%.0f) | %d | %.3f | %d | +%.1f%% | +%.1f%% | %d |\n", wait, t.decisions, float64(t.decisions)/d.Seconds(), calls,
 		float64(calls)/float64(max(1, t.decisions)), len(wins), mean, float64(most)/float64(limit)*100, t.errs)
-	fmt.Fprintf(os.Stderr, "admitted per window (%s): %v\n", wait, wins)
+	fmt.Fprintf(os.Stderr, "admitted per window (%s): %v; reset times in each, spread (ms): %v\n", wait, wins, spans)
 }
 
 // peerCalls sums a daemon's served peer RPCs from its /metrics.
