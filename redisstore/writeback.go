@@ -84,7 +84,8 @@ type wbRuleStats struct {
 // (Undershoot). Each process counts what its own syncs measured; a fleet's
 // error is the sum over its processes. Unmeasured counts admitted hits
 // that reached Redis after their window had left its state (two windows
-// on): the overshoot of that window may be larger by as much.
+// on), or in a sync whose reply was lost (sent again, it applies nothing:
+// wbsync.go): the overshoot of that window may be larger by as much.
 type TierError struct {
 	Rule                              string // the policy's name, '/', the rule's name
 	Overshoot, Undershoot, Unmeasured int64
