@@ -106,7 +106,9 @@ fi
 # ticks PID: its user+system CPU ticks so far
 ticks() { local s f; s=$(cat "/proc/$1/stat") s=${s##*) }; read -r -a f <<<"$s"; echo $((f[11] + f[12])); }
 
-if has proxy; then
+if has proxy && ! command -v wrk > /dev/null; then
+	echo "share.sh: no wrk (apt-get install wrk): the proxy phase is skipped" | tee -a "$out" >&2
+elif has proxy; then
 	go build -o "$work/upstream" ./cmd/upstream
 	up=$(freeport)
 	"$work/upstream" -listen 127.0.0.1:$up > /dev/null 2>&1 & pids+=($!)
