@@ -69,6 +69,7 @@ func NewPolicy(name string, rules ...Rule) (*Policy, error) {
 			p.elastic |= 1 << i
 		}
 		p.rules = append(p.rules, r)
+		p.c.Tiered = p.c.Tiered || r.Tier != TierExact && r.Tier != ""
 		p.c.Params = append(p.c.Params, ap)
 		p.c.Names = append(p.c.Names, r.Name)
 	}

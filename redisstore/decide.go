@@ -23,20 +23,15 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	if known {
 		return d, nil
 	}
-	if op.Kind == floodgate.OpAllow {
-		if d, ok, err := s.wb.decide(ctx, now, &op); ok {
+	var key string
+	if compiledOf(op.Policy).Tiered { // an exact policy pays nothing here
+		var ok bool
+		var err error
+		if d, key, ok, err = s.tiered(ctx, now, &op); ok {
 			return d, err
 		}
-	}
-	key := s.Key(op.Policy.Name(), op.Key)
-	if pl := sharePlanOf(op.Policy); pl.ok {
-		if op.Kind == floodgate.OpAllow {
-			if d, ok, err := s.shares.decide(ctx, now, &op, key, pl); ok {
-				return d, err
-			}
-		} else if op.Kind == floodgate.OpReset {
-			s.shares.drop(key)
-		}
+	} else {
+		key = s.Key(op.Policy.Name(), op.Key)
 	}
 	s.checkMaster()
 	brk := s.breakerFor(key)
@@ -86,4 +81,30 @@ func (s *Store) Do(ctx context.Context, now int64, op floodgate.Op) (floodgate.D
 	}
 	s.failed(brk, err, sctx, start.UnixMicro())
 	return s.degrade(ctx, now, &op, err), nil
+}
+
+// tiered decides op of a policy with a tier (write-back, local share) if
+// its tier does (ok), and returns its key for Do otherwise.
+func (s *Store) tiered(ctx context.Context, now int64, op *floodgate.Op) (d floodgate.Decision, key string, ok bool, err error) {
+	switch op.Kind {
+	case floodgate.OpAllow:
+		if d, ok, err = s.wb.decide(ctx, now, op); ok {
+			return d, "", true, err
+		}
+	case floodgate.OpPeek: // it sees this node's unsynced hits
+		if d, ok, err = s.wb.peek(ctx, now, op); ok {
+			return d, "", true, err
+		}
+	}
+	key = s.Key(op.Policy.Name(), op.Key)
+	if pl := sharePlanOf(op.Policy); pl.ok {
+		if op.Kind == floodgate.OpAllow {
+			if d, ok, err = s.shares.decide(ctx, now, op, key, pl); ok {
+				return d, key, true, err
+			}
+		} else if op.Kind == floodgate.OpReset {
+			s.shares.drop(key)
+		}
+	}
+	return d, key, false, nil
 }

@@ -41,6 +41,9 @@ const (
 	shareBackWait = time.Second
 )
 
+// noSharePlan is every exact policy's sharePlan: not local share.
+var noSharePlan sharePlan
+
 // sharePlan is what local share needs of a policy: whether every rule is
 // local_share (a fixed window with a period), and their windows.
 type sharePlan struct {
@@ -54,6 +57,9 @@ type sharePlan struct {
 type sharePlanKey struct{}
 
 func sharePlanOf(p *floodgate.Policy) *sharePlan {
+	if !compiledOf(p).Tiered {
+		return &noSharePlan // an exact policy pays no lookup
+	}
 	return storekit.Attached(p, sharePlanKey{}, func() any {
 		rules := p.Rules()
 		pl := &sharePlan{ok: true, limit: math.MaxInt64}

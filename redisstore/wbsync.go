@@ -16,6 +16,7 @@ type wbSync struct {
 	e             *wbEntry
 	done          chan struct{} // e.wait, made by this sync
 	tag, hits     int64
+	total         int64 // e.total as the sync left (0: no hits)
 	adm           int64
 	refWin, refdn int64
 }
@@ -31,6 +32,9 @@ func (e *wbEntry) snapshot() wbSync {
 		sn.tag = e.refWin
 	}
 	e.flying += sn.hits
+	if sn.hits > 0 {
+		sn.total = e.total
+	}
 	if sn.hits > 0 && e.wait == nil {
 		e.wait = make(chan struct{})
 		sn.done = e.wait
@@ -61,7 +65,16 @@ func (e *wbEntry) applyReply(sn wbSync, v []int64, err error) {
 		e.prev, e.cur = max(e.prev, prev), max(e.cur, cur)
 	}
 	e.synced = true
-	e.measure(sn.hits, v[1], v[2])
+	applied := sn.hits
+	if sn.total > 0 && len(v) >= 8 {
+		applied = v[7]
+	}
+	e.measure(applied, v[1], v[2])
+	// hits an earlier sync applied: one whose reply was lost (its overshoot
+	// went unmeasured), or one that arrived after this one
+	if n := sn.hits - applied; n > 0 {
+		e.wp.rs.unmeasured.Add(n)
+	}
 	if sn.tag != 0 && sn.tag == e.refWin && e.refused > 0 {
 		e.checkRefusals(sn.tag, v)
 	}
@@ -77,8 +90,15 @@ func (w *writeBack) args(now int64, sn wbSync, cost int64) []string {
 		strconv.FormatInt(sn.hits, 10), strconv.FormatInt(cost, 10)}
 }
 
-func (w *writeBack) fcall(key string, args []string) rueidis.Completed {
-	return w.s.client.B().Fcall().Function(WriteBackFunction).Numkeys(1).Key(key).Arg(args...).Build()
+// fcall is WriteBackFunction's call for sync sn; one with hits carries
+// the node's record of the key and its running total (idempotent syncs).
+func (w *writeBack) fcall(sn wbSync, args []string) rueidis.Completed {
+	e := sn.e
+	if sn.total > 0 {
+		return w.s.client.B().Fcall().Function(WriteBackFunction).Numkeys(2).Key(e.rkey, e.rkey+w.recSuffix).
+			Arg(args...).Arg(strconv.FormatInt(sn.total, 10)).Build()
+	}
+	return w.s.client.B().Fcall().Function(WriteBackFunction).Numkeys(1).Key(e.rkey).Arg(args...).Build()
 }
 
 // exactly decides op in Redis, in the call that carries the key's unsynced
@@ -99,18 +119,25 @@ func (w *writeBack) exactly(ctx context.Context, now int64, op *floodgate.Op, e 
 	}
 	e.mu.Lock()
 	sn := e.snapshot()
+	others := e.flying - sn.hits // in syncs not answered yet
 	e.mu.Unlock()
+	cost := op.Cost
+	if op.Kind == floodgate.OpPeek {
+		cost = 0
+	}
 	s.calls.Add(1)
 	w.exact.Add(1)
-	v, err := w.do(sctx, []rueidis.Completed{w.fcall(e.rkey, w.args(now, sn, op.Cost))})[0].AsIntSlice()
+	v, err := w.do(sctx, []rueidis.Completed{w.fcall(sn, w.args(now, sn, cost))})[0].AsIntSlice()
 	w.replied(sn, v, err)
 	if err == nil && len(v) >= 7 {
 		s.answered(start.UnixMicro())
 		brk.success()
 		e.mu.Lock()
-		d := e.decision(v[0] == 1, v[3], v[4], v[5], max(v[6], v[3]), op.Cost)
-		e.mu.Unlock()
-		return d, nil
+		defer e.mu.Unlock()
+		if op.Kind == floodgate.OpPeek {
+			return e.peekDecision(v, others, op.Cost), nil
+		}
+		return e.decision(v[0] == 1, v[3], v[4], v[5], max(v[6], v[3]), op.Cost), nil
 	}
 	if ctx.Err() != nil {
 		return floodgate.Decision{}, ctx.Err()
@@ -210,7 +237,7 @@ func (w *writeBack) flush() {
 	cmds := make([]rueidis.Completed, len(sns))
 	now := w.lastNow.Load()
 	for i, sn := range sns {
-		cmds[i] = w.fcall(sn.e.rkey, w.args(now, sn, 0))
+		cmds[i] = w.fcall(sn, w.args(now, sn, 0))
 	}
 	w.syncs.Add(1)
 	var firstErr error
@@ -252,12 +279,18 @@ func (w *writeBack) stats(st *Stats) {
 	w.mu.Unlock()
 }
 
+// alone reports whether op, in a batch, is decided on its own (Do): an
+// OpAllow or OpPeek of a write-back policy.
+func (w *writeBack) alone(op *floodgate.Op) bool {
+	return (op.Kind == floodgate.OpAllow || op.Kind == floodgate.OpPeek) && w.policy(op.Policy).ok
+}
+
 // split decides a batch (no group) whose write-back ops go one by one
 // (each is a local decision or its own call), the others as a batch.
 func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []floodgate.Decision) (bool, error) {
 	var rest []int
 	for i := range ops {
-		if ops[i].Kind != floodgate.OpAllow || !s.wb.policy(ops[i].Policy).ok {
+		if !s.wb.alone(&ops[i]) {
 			rest = append(rest, i)
 		}
 	}
@@ -265,7 +298,7 @@ func (s *Store) split(ctx context.Context, now int64, ops []floodgate.Op, out []
 		return false, nil
 	}
 	for i := range ops {
-		if ops[i].Kind == floodgate.OpAllow && s.wb.policy(ops[i].Policy).ok {
+		if s.wb.alone(&ops[i]) {
 			d, err := s.Do(ctx, now, ops[i])
 			if err != nil {
 				return true, err

@@ -56,6 +56,10 @@ type writeBack struct {
 	lastNow atomic.Int64
 
 	local, syncs, exact, full atomic.Int64
+	// admitted is every local admission's cost, summed: a new entry's
+	// running total starts from it (idempotent syncs)
+	admitted  atomic.Int64
+	recSuffix string // ":wb:" and this node's id: its record of a key
 
 	once   sync.Once
 	kick   chan struct{}
@@ -80,7 +84,8 @@ type wbRuleStats struct {
 // (Undershoot). Each process counts what its own syncs measured; a fleet's
 // error is the sum over its processes. Unmeasured counts admitted hits
 // that reached Redis after their window had left its state (two windows
-// on): the overshoot of that window may be larger by as much.
+// on), or in a sync whose reply was lost (sent again, it applies nothing:
+// wbsync.go): the overshoot of that window may be larger by as much.
 type TierError struct {
 	Rule                              string // the policy's name, '/', the rule's name
 	Overshoot, Undershoot, Unmeasured int64
@@ -109,8 +114,14 @@ type wbPolicy struct {
 
 type wbAttach struct{}
 
+// noWBPolicy is every exact policy's wbPolicy: not write-back.
+var noWBPolicy wbPolicy
+
 func (w *writeBack) policy(pol *floodgate.Policy) *wbPolicy {
 	c := compiledOf(pol)
+	if !c.Tiered {
+		return &noWBPolicy // an exact policy pays no lookup
+	}
 	if v, ok := c.Attached.Load(wbAttach{}); ok {
 		return v.(*wbPolicy)
 	}
@@ -167,6 +178,11 @@ type wbEntry struct {
 	refAt                   int64 // the last one's time
 	refCheck                int64 // when the refusals last asked for a sync
 
+	// total is the node's running total of hits admitted locally on the
+	// key, from writeBack.admitted at the entry's making (so above all a
+	// former entry of the key sent): a sync carries it (idempotent syncs)
+	total int64
+
 	wait  chan struct{} // closed when the sync in flight with hits answers
 	dirty bool          // in writeBack.dirty
 }
@@ -177,6 +193,7 @@ func newWriteBack(s *Store, opts Options) *writeBack {
 	// hot: at least two decisions per sync interval, measured over wbRateSpan
 	w.hotHits = max(2, int64(2*wbRateSpan/w.interval))
 	w.nodes = s.nodes
+	w.recSuffix = ":wb:" + s.nodes.id
 	return w
 }
 
@@ -277,6 +294,8 @@ again:
 	e.pend += cost
 	e.pendWin = ws
 	e.adm += cost
+	e.total += cost
+	w.admitted.Add(cost)
 	w.markDirty(e)
 	d := e.decision(true, ws, prev, cur+cost, now, cost)
 	half := e.adm-e.syncedAdm >= max(1, N/2)
@@ -364,7 +383,7 @@ func (w *writeBack) entry(op *floodgate.Op, wp *wbPolicy, now int64) *wbEntry {
 		w.full.Add(1)
 		return nil
 	}
-	e := &wbEntry{rkey: w.s.Key(op.Policy.Name(), op.Key), wp: wp, rateAt: now}
+	e := &wbEntry{rkey: w.s.Key(op.Policy.Name(), op.Key), wp: wp, rateAt: now, total: w.admitted.Load()}
 	w.m[k] = e
 	return e
 }

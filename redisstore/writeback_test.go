@@ -123,13 +123,14 @@ func TestWriteBackBudgetModel(t *testing.T) {
 				over, under, unmeasured := tierErr(nodes)
 				t.Logf("admitted per window %v; overshoot metric %d, undershoot %d, unmeasured %d; %d decisions in memory of 12,000, %d Redis calls",
 					admitted, over, under, unmeasured, local, calls)
-				if unmeasured != 0 {
-					t.Errorf("unmeasured %d", unmeasured)
+				// a sync that timed out after Redis ran it (a starved
+				// host's timeouts) is sent again and applies nothing: its
+				// hits are unmeasured, never counted twice
+				if unmeasured != 0 && errs == 0 {
+					t.Errorf("unmeasured %d without a failed call", unmeasured)
 				}
-				// a sync that timed out after Redis ran it is sent again:
-				// its hits count twice (a starved host's timeouts)
-				if over != wantOver && (errs == 0 || over < wantOver) {
-					t.Errorf("overshoot metric %d, want %d (admitted %v)", over, wantOver, admitted)
+				if over > wantOver || over+unmeasured < wantOver {
+					t.Errorf("overshoot metric %d (unmeasured %d), want %d (admitted %v)", over, unmeasured, wantOver, admitted)
 				}
 				if local < 12_000*8/10 {
 					t.Errorf("only %d of 12,000 decisions in memory", local)
@@ -151,7 +152,9 @@ func TestWriteBackFloodOfKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, WriteBackKeys: 64})
+	// a long timeout: a cold key's exact call that timed out on a starved
+	// host would be refused (fail closed), which is not what is tested
+	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, WriteBackKeys: 64, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

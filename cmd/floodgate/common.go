@@ -367,7 +367,7 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 		under: prometheus.NewDesc("floodgate_tier_undershoot_total",
 			"Requests a tier: write_back rule refused in memory that Redis's count had room for, as this process's syncs measured them.", []string{"rule"}, nil),
 		unmeasured: prometheus.NewDesc("floodgate_tier_unmeasured_total",
-			"Requests a tier: write_back rule admitted whose hits reached Redis after their window had gone: the overshoot may be larger by as much.", []string{"rule"}, nil),
+			"Requests a tier: write_back rule admitted whose hits reached Redis after their window had gone, or in a sync whose reply was lost: the overshoot may be larger by as much.", []string{"rule"}, nil),
 		share: [6]*prometheus.Desc{
 			d("floodgate_store_share_calls_total", "Local share: calls taking or giving back a slice of a hot key's quota."),
 			d("floodgate_store_share_local_total", "Local share: decisions made from a slice, without Redis."),

@@ -15,6 +15,9 @@ type Policy struct {
 	Names   []string      // the rules' names
 	Width   int           // state words per key
 	Version uint64        // larger for a later NewPolicy or WithLimit
+	// Tiered is true when some rule's tier is not exact (Rule.Tier): a
+	// store's tiers look no further at the policies that are exact.
+	Tiered bool
 	// Attached holds the values stores keep with the policy.
 	Attached sync.Map
 }

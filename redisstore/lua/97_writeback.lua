@@ -5,7 +5,8 @@
 -- name and signature, the hits' window start (0: none), the hits, and a
 -- cost to decide exactly (0: none). Returns {allowed, the hits' window's
 -- count before and after them (-1: that window is gone), then the state
--- now: window start, previous count, current count, and now}.
+-- now: window start, previous count, current count, and now, then the hits
+-- applied (fewer than sent when wbonce found some applied already)}.
 
 -- A fixed window's state written here keeps, after its two words, the
 -- count and start of the window before (s[3], s[4]; decide carries them
@@ -33,6 +34,25 @@ local function wbwindow(p, s, tag, add)
   return nil
 end
 
+-- wbonce: idempotent syncs (writeback.go, "Idempotent syncs"). With a
+-- second key, rec (the node's record of this key: the largest running
+-- total of hits of the node's syncs it has applied), and argv[7], the
+-- node's running total of hits sent on this key as of this sync, only what
+-- the total adds beyond the record is applied: a sync Redis ran whose reply
+-- the node lost, sent again, adds nothing, and syncs arriving out of order
+-- add their hits once. Without a record (the node's first sync of the
+-- key, or none for a minute) the sync's own hits are applied. Returns the
+-- hits to apply.
+local function wbonce(rec, hits, total)
+  local last = tonumber(redis.call('GET', rec) or '')
+  local add = hits
+  if last then add = max(0, total - last) end
+  if last == nil or total > last then
+    redis.call('SET', rec, string.format('%d', total), 'PX', 60000)
+  end
+  return add
+end
+
 local function writeback(keys, argv)
   local now = tonumber(argv[1])
   if now == 0 then now = redisnow() end
@@ -42,6 +62,7 @@ local function writeback(keys, argv)
     return redis.error_reply('floodgate: write-back needs a fixed window with a period or a sliding window counter')
   end
   local tag, hits, cost = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
+  if keys[2] and hits > 0 then hits = wbonce(keys[2], hits, tonumber(argv[7])) end
   local key = keys[1]
   local raw = redis.call('GET', key)
   local s
@@ -87,5 +108,5 @@ local function writeback(keys, argv)
   end
   local prev, cur = 0, s[2]
   if p.kind == K_COUNTER then prev, cur = s[2], s[3] end
-  return {allowed, before, after, s[1], prev, cur, t}
+  return {allowed, before, after, s[1], prev, cur, t, hits}
 end
