@@ -89,24 +89,29 @@ func TestIntermediate(t *testing.T) {
 			if step == 0 {
 				waitUntil(t, "a parent lease", func() bool { return parentLease(r).Capacity > 0 })
 			}
-			// Demand shifts from one region to the other at step 20; the
-			// second client of each region refreshes every third step only,
-			// so it sits on an older lease meanwhile.
-			wants := 80.0
-			if (i == 0) == (step >= 20) {
-				wants = 2
+			// At step 17 the second region's clients move to a higher
+			// priority band: the root takes its grant away from the first
+			// region, whose second client refreshes every 16th step only
+			// (8 s, eight of the parent's refresh intervals) and so sits
+			// on its older, larger lease meanwhile.
+			prio := int64(0)
+			if i == 1 && step >= 17 {
+				prio = 10
 			}
 			for j, cl := range clients[i] {
-				if j == 1 && step%3 != 0 {
+				if j == 1 && step%16 != 0 {
 					continue
 				}
-				cl.get(t, "db", wants)
+				cl.getP(t, "db", prio, 80)
 				pl := parentLease(r) // read after: the loop may renew it meanwhile, never shorten it
 				if exp := cl.has["db"].Expiry.AsTime(); cl.has["db"].Capacity > 0 && exp.After(pl.Expiry) {
 					t.Fatalf("step %d: a client lease ends %v, after its server's parent lease %v", step, exp, pl.Expiry)
 				}
 				check(step)
 			}
+		}
+		if testing.Verbose() {
+			t.Logf("step %d: r1 %v/%v r2 %v/%v root %v leaves %v %v %v %v", step, regions[0].Outstanding("db"), parentLease(regions[0]).Capacity, regions[1].Outstanding("db"), parentLease(regions[1]).Capacity, root.Outstanding("db"), clients[0][0].holds("db", clk.Now()), clients[0][1].holds("db", clk.Now()), clients[1][0].holds("db", clk.Now()), clients[1][1].holds("db", clk.Now()))
 		}
 		for range 10 { // the parent loops ask meanwhile
 			clk.Advance(50 * time.Millisecond)
