@@ -116,66 +116,12 @@ func TestServeCapacityFailover(t *testing.T) {
 		return true
 	})
 
-	// The sampler: leases and the replicas' granted metrics, never over
-	// 100; after the kill, every client that held a lease holds one.
-	var mu sync.Mutex
-	var over []string
-	kept := map[*leaseClient]bool{}
-	killed := make(chan struct{})
-	sampleDone := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-sampleDone:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			now := time.Now()
-			if s := sumHolds(clients, now); s > 100+1e-6 {
-				mu.Lock()
-				over = append(over, fmt.Sprintf("%v: leases sum to %v", now, s))
-				mu.Unlock()
-			}
-			select {
-			case <-killed:
-				mu.Lock()
-				for c := range kept {
-					if c.holds(now) == 0 {
-						over = append(over, fmt.Sprintf("%v: %s lost its lease", now, c.id))
-						delete(kept, c)
-					}
-				}
-				mu.Unlock()
-			default:
-			}
-			if i%10 == 0 {
-				for j, s := range servers {
-					select {
-					case <-s.done:
-						continue
-					default:
-					}
-					if g, ok := grantedMetric(s.http); ok && g > 100+1e-6 {
-						mu.Lock()
-						over = append(over, fmt.Sprintf("%v: replica %d's granted metric %v", now, j, g))
-						mu.Unlock()
-					}
-				}
-			}
-		}
-	})
-	mu.Lock()
-	for _, c := range clients {
-		if c.holds(time.Now()) > 0 {
-			kept[c] = true
-		}
-	}
-	held := len(kept)
-	mu.Unlock()
+	fs := &failoverSampler{clients: clients, servers: servers, kept: map[*leaseClient]bool{},
+		killed: make(chan struct{}), done: make(chan struct{})}
+	held := fs.start()
 	servers[master].cmd.Process.Kill() // SIGKILL: no resignation
 	<-servers[master].done
-	close(killed)
+	close(fs.killed)
 	killedAt := time.Now()
 	dead := map[int]bool{master: true}
 	var next int
@@ -195,26 +141,97 @@ func TestServeCapacityFailover(t *testing.T) {
 		return true
 	})
 	waitFor(t, "leases converging after learning", func() bool { return sumHolds(clients, time.Now()) >= 95 })
-	close(sampleDone)
-	sampler.Wait()
+	close(fs.done)
+	fs.wg.Wait()
 	stopClients()
 	for _, c := range clients {
 		if c.redirects == 0 {
 			t.Errorf("%s, started on a replica, was never redirected", c.id)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if held != len(clients) {
 		t.Fatalf("only %d of %d clients held a lease before the kill", held, len(clients))
 	}
-	if len(over) > 0 {
+	if over := fs.over; len(over) > 0 {
 		t.Fatalf("%d violations, the first: %v", len(over), over[:min(5, len(over))])
 	}
 	if g, ok := grantedMetric(servers[next].http); !ok || g > 100+1e-6 {
 		t.Fatalf("new master's granted metric %v %v", g, ok)
 	}
 	t.Logf("%d clients kept their leases through the failover", held)
+}
+
+// failoverSampler checks, every 5ms, that the clients' leases sum to at
+// most 100, every 50ms that no live replica's granted metric exceeds it,
+// and, once killed is closed, that every client that held a lease still
+// holds one.
+type failoverSampler struct {
+	clients []*leaseClient
+	servers []*server
+	killed  chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	mu   sync.Mutex
+	kept map[*leaseClient]bool
+	over []string // the violations seen
+}
+
+// start notes the clients holding a lease now, starts sampling, and
+// returns how many hold one.
+func (f *failoverSampler) start() int {
+	for _, c := range f.clients {
+		if c.holds(time.Now()) > 0 {
+			f.kept[c] = true
+		}
+	}
+	f.wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-f.done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			f.sample(i%10 == 0)
+		}
+	})
+	return len(f.kept)
+}
+
+func (f *failoverSampler) violation(format string, args ...any) {
+	f.mu.Lock()
+	f.over = append(f.over, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+func (f *failoverSampler) sample(metrics bool) {
+	now := time.Now()
+	if s := sumHolds(f.clients, now); s > 100+1e-6 {
+		f.violation("%v: leases sum to %v", now, s)
+	}
+	select {
+	case <-f.killed:
+		for c := range f.kept {
+			if c.holds(now) == 0 {
+				f.violation("%v: %s lost its lease", now, c.id)
+				delete(f.kept, c)
+			}
+		}
+	default:
+	}
+	if !metrics {
+		return
+	}
+	for j, s := range f.servers {
+		select {
+		case <-s.done:
+			continue
+		default:
+		}
+		if g, ok := grantedMetric(s.http); ok && g > 100+1e-6 {
+			f.violation("%v: replica %d's granted metric %v", now, j, g)
+		}
+	}
 }
 
 // grantedMetric reads floodgate_capacity_granted{resource="db"} from a
