@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,7 +13,9 @@ import (
 
 // ParentOptions configure RunParent.
 type ParentOptions struct {
-	// Address is the parent's (or any of its replicas') gRPC address.
+	// Address is the parent's gRPC address, or its replicas' separated by
+	// commas: after a failure the next one is asked (a replica that is not
+	// the master redirects to it).
 	Address string
 	// ID identifies this server to its parent (its server_id): unique and
 	// stable, such as the address it advertises.
@@ -45,8 +48,9 @@ func (s *Server) RunParent(ctx context.Context, opts ParentOptions) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
-	p := &parentLoop{s: s, opts: opts, addr: opts.Address, conns: map[string]*grpc.ClientConn{},
+	p := &parentLoop{s: s, opts: opts, addrs: strings.Split(opts.Address, ","), conns: map[string]*grpc.ClientConn{},
 		next: map[string]time.Time{}}
+	p.addr = p.addrs[0]
 	defer p.close()
 	tick := time.NewTicker(opts.Poll)
 	defer tick.Stop()
@@ -65,7 +69,9 @@ func (s *Server) RunParent(ctx context.Context, opts ParentOptions) {
 type parentLoop struct {
 	s     *Server
 	opts  ParentOptions
-	addr  string // the parent replica asked now (its master, once redirected)
+	addrs []string // the parent's replicas, as given
+	at    int      // the one of addrs asked after a failure
+	addr  string   // the parent replica asked now (its master, once redirected)
 	conns map[string]*grpc.ClientConn
 	next  map[string]time.Time // per resource, when to ask again
 	retry time.Time            // after a failure, not before
@@ -151,8 +157,21 @@ func (p *parentLoop) send(ctx context.Context, req *pb.GetServerCapacityRequest)
 		return
 	}
 	p.s.log.Warn("parent unreachable", "parent", p.addr, "err", err)
-	p.addr = p.opts.Address // the master it named may be the one gone
+	p.rotate() // the master it named may be the one gone
 	p.retry = p.now().Add(time.Second)
+}
+
+// rotate moves to the next of the parent's addresses other than the one
+// that failed (if there is another).
+func (p *parentLoop) rotate() {
+	failed := p.addr
+	for range len(p.addrs) {
+		p.at = (p.at + 1) % len(p.addrs)
+		if p.addrs[p.at] != failed {
+			break
+		}
+	}
+	p.addr = p.addrs[p.at]
 }
 
 func (p *parentLoop) answer(resp *pb.GetServerCapacityResponse) {
@@ -161,7 +180,7 @@ func (p *parentLoop) answer(resp *pb.GetServerCapacityResponse) {
 			p.s.log.Info("parent redirects to its master", "from", p.addr, "to", m.MasterAddress)
 			p.addr = m.MasterAddress // asked again at the next poll
 		} else {
-			p.addr = p.opts.Address
+			p.rotate()
 			p.retry = p.now().Add(time.Second) // an election under way
 		}
 		return

@@ -148,3 +148,44 @@ func (tr *tree) String() string {
 	}
 	return s
 }
+
+// TestParentReplicas: an intermediate given its parent's two replicas
+// follows the redirect of the one that is not the master, and when the
+// master goes and the other replica is elected, moves to it and is
+// granted again (learning mode gives it back what it reports holding).
+func TestParentReplicas(t *testing.T) {
+	clk := clock.NewManual(t0)
+	a := New(config(resource("db", 100, lease.FairShare)), Options{Clock: clk, Replica: true})
+	b := New(config(resource("db", 100, lease.FairShare)), Options{Clock: clk})
+	addrA := listen(t, a)
+	lb, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gsB := grpc.NewServer()
+	b.Register(gsB)
+	go gsB.Serve(lb)
+	defer gsB.Stop()
+	addrB := lb.Addr().String()
+	a.SetMastership(false, addrB)
+
+	mid := New(config(resource("db", 100, lease.FairShare)), Options{Clock: clk, Intermediate: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go mid.RunParent(ctx, ParentOptions{Address: addrA + "," + addrB, ID: "mid", Dial: dial, Poll: time.Millisecond})
+	cl := newClient("c", serveGRPC(t, mid))
+	cl.get(t, "db", 30)
+	waitUntil(t, "a lease from the master through the redirect", func() bool { return b.Outstanding("db") == 30 })
+	if a.Outstanding("db") != 0 {
+		t.Fatal("the replica granted")
+	}
+	gsB.Stop() // the master goes; the replica is elected
+	a.SetMastership(true, addrA)
+	waitUntil(t, "a lease from the new master", func() bool {
+		clk.Advance(100 * time.Millisecond) // past the retry after the failure
+		return a.Outstanding("db") == 30
+	})
+	if g := cl.get(t, "db", 30); g != 30 {
+		t.Fatalf("the client got %v through the new master, want 30", g)
+	}
+}

@@ -35,7 +35,7 @@ type capacityConfig struct {
 
 func (c *capacityConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.resources, "resources", envString("RESOURCES", ""), "capacity leases: the resources file (docs/CAPACITY.md); serves the floodgate.capacity.v1.Capacity service on the gRPC port. Empty: no lease service [FLOODGATE_RESOURCES]")
-	fs.StringVar(&c.parent, "parent", envString("PARENT", ""), "capacity leases: the parent server's gRPC address, HOST:PORT; this server then grants only what its parent grants it [FLOODGATE_PARENT]")
+	fs.StringVar(&c.parent, "parent", envString("PARENT", ""), "capacity leases: the parent server's gRPC address, HOST:PORT (a replicated parent's addresses, comma-separated); this server then grants only what its parent grants it [FLOODGATE_PARENT]")
 	fs.StringVar(&c.serverID, "server-id", envString("SERVER_ID", ""), "capacity leases: this server's id towards its parent (default: --advertise, else the host name and --grpc-addr) [FLOODGATE_SERVER_ID]")
 	fs.StringVar(&c.etcd, "etcd", envString("ETCD", ""), "capacity leases: etcd client URLs, comma-separated; the replicas sharing them elect one master (needs --advertise) [FLOODGATE_ETCD]")
 	fs.StringVar(&c.advertise, "advertise", envString("ADVERTISE", ""), "capacity leases: the gRPC address clients reach this replica at, HOST:PORT, sent to them as the master's address [FLOODGATE_ADVERTISE]")
