@@ -54,7 +54,6 @@ type Elector struct {
 	mu       sync.Mutex
 	isMaster bool
 	master   string
-	session  *concurrency.Session
 	election *concurrency.Election
 }
 
@@ -123,7 +122,10 @@ func (e *Elector) observed(leader string) {
 }
 
 // campaignLoop campaigns in a session; once elected it stays master until
-// the session ends, then campaigns again in a new one.
+// the session ends, then campaigns again in a new one. A campaign that
+// ctx ends deletes its candidate key (concurrency.Election does), and the
+// loop revokes the session's lease on its way out as well, so that no key
+// of a closed replica is next in line for a TTL.
 func (e *Elector) campaignLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(e.opts.TTL), concurrency.WithContext(ctx))
@@ -132,25 +134,35 @@ func (e *Elector) campaignLoop(ctx context.Context) {
 			sleep(ctx, time.Second)
 			continue
 		}
-		el := concurrency.NewElection(sess, e.opts.Key)
-		e.mu.Lock()
-		e.session, e.election = sess, el
-		e.mu.Unlock()
-		if err := el.Campaign(ctx, e.opts.Address); err != nil {
-			e.opts.Logger.Warn("etcd campaign", "err", err)
-			sess.Close()
-			sleep(ctx, time.Second)
-			continue
-		}
-		e.opts.Logger.Info("elected master", "address", e.opts.Address)
-		e.set(true, "", false)
-		select {
-		case <-ctx.Done():
-		case <-sess.Done():
-			e.opts.Logger.Warn("etcd session ended: no longer master")
-		}
-		e.set(false, "", true)
+		e.campaign(ctx, sess)
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		e.cli.Revoke(rctx, sess.Lease()) // an ended session's lease is gone already: the error says so
+		cancel()
 	}
+}
+
+// campaign campaigns in sess and, once elected, is the master until the
+// session or ctx ends.
+func (e *Elector) campaign(ctx context.Context, sess *concurrency.Session) {
+	el := concurrency.NewElection(sess, e.opts.Key)
+	e.mu.Lock()
+	e.election = el
+	e.mu.Unlock()
+	if err := el.Campaign(ctx, e.opts.Address); err != nil {
+		if ctx.Err() == nil {
+			e.opts.Logger.Warn("etcd campaign", "err", err)
+			sleep(ctx, time.Second)
+		}
+		return
+	}
+	e.opts.Logger.Info("elected master", "address", e.opts.Address)
+	e.set(true, "", false)
+	select {
+	case <-ctx.Done():
+	case <-sess.Done():
+		e.opts.Logger.Warn("etcd session ended: no longer master")
+	}
+	e.set(false, "", true)
 }
 
 // observeLoop follows the election's leader key.
@@ -178,7 +190,7 @@ func (e *Elector) observeLoop(ctx context.Context) {
 // after the TTL) and disconnects.
 func (e *Elector) Close() error {
 	e.mu.Lock()
-	el, sess, was := e.election, e.session, e.isMaster
+	el, was := e.election, e.isMaster
 	if was { // step down first: never two masters, even for a moment
 		e.isMaster, e.master = false, ""
 		e.opts.OnChange(false, "")
@@ -192,10 +204,7 @@ func (e *Elector) Close() error {
 		cancel()
 	}
 	e.cancel()
-	if sess != nil {
-		sess.Close()
-	}
-	e.wg.Wait()
+	e.wg.Wait() // the campaign loop revokes its session on its way out
 	return e.cli.Close()
 }
 

@@ -1,11 +1,15 @@
 package elect
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/internal/etcdtest"
 )
@@ -127,5 +131,52 @@ func countMasters(els []*Elector, stop <-chan struct{}, both *atomic.Int64) {
 		if masters > 1 {
 			both.Add(1)
 		}
+	}
+}
+
+// TestCloseLeavesNoCandidateKey: a replica that closes, master or not,
+// takes its candidate key out of etcd at once (its session's lease
+// revoked), so that no dead replica is next in line for a TTL.
+func TestCloseLeavesNoCandidateKey(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	keys := func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "/test/election/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	var els []*Elector
+	for i := range 3 {
+		e, err := Start(Options{Endpoints: []string{etcd.ClientURL}, Key: "/test/election", Address: fmt.Sprint("r", i), TTL: 30,
+			OnChange: func(bool, string) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		els = append(els, e)
+	}
+	waitFor(t, "three candidates", func() bool { return keys() == 3 })
+	for i, e := range els {
+		if m, _ := e.State(); !m {
+			e.Close() // a replica that is not the master
+			els = append(els[:i], els[i+1:]...)
+			break
+		}
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d candidate keys after a replica closed, want 2", n)
+	}
+	for _, e := range els {
+		e.Close()
+	}
+	if n := keys(); n != 0 {
+		t.Fatalf("%d candidate keys after all closed, want 0", n)
 	}
 }
