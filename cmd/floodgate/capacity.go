@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	capserver "github.com/floodgate/floodgate/capacity/server"
@@ -26,6 +29,7 @@ import (
 type capacityConfig struct {
 	resources   string // the resources file
 	parent      string // an intermediate's parent address
+	parentCA    string // TLS to the parent, verified with this CA
 	serverID    string // this server's id towards its parent
 	etcd        string // comma-separated etcd client URLs: replicas elect a master
 	advertise   string // the address this replica advertises as master
@@ -36,6 +40,7 @@ type capacityConfig struct {
 func (c *capacityConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.resources, "resources", envString("RESOURCES", ""), "capacity leases: the resources file (docs/CAPACITY.md); serves the floodgate.capacity.v1.Capacity service on the gRPC port. Empty: no lease service [FLOODGATE_RESOURCES]")
 	fs.StringVar(&c.parent, "parent", envString("PARENT", ""), "capacity leases: the parent server's gRPC address, HOST:PORT (a replicated parent's addresses, comma-separated); this server then grants only what its parent grants it [FLOODGATE_PARENT]")
+	fs.StringVar(&c.parentCA, "parent-tls-ca", envString("PARENT_TLS_CA", ""), "capacity leases: speak TLS to --parent, verifying its certificate with this CA (PEM); this server's --tls-cert, if any, is its client certificate [FLOODGATE_PARENT_TLS_CA]")
 	fs.StringVar(&c.serverID, "server-id", envString("SERVER_ID", ""), "capacity leases: this server's id towards its parent (default: --advertise, else the host name and --grpc-addr) [FLOODGATE_SERVER_ID]")
 	fs.StringVar(&c.etcd, "etcd", envString("ETCD", ""), "capacity leases: etcd client URLs, comma-separated; the replicas sharing them elect one master (needs --advertise) [FLOODGATE_ETCD]")
 	fs.StringVar(&c.advertise, "advertise", envString("ADVERTISE", ""), "capacity leases: the gRPC address clients reach this replica at, HOST:PORT, sent to them as the master's address [FLOODGATE_ADVERTISE]")
@@ -48,6 +53,8 @@ func (c *capacityConfig) check() error {
 	switch {
 	case c.resources == "" && (c.parent != "" || c.etcd != "" || c.advertise != ""):
 		return errors.New("serve: --parent, --etcd and --advertise need --resources")
+	case c.parentCA != "" && c.parent == "":
+		return errors.New("serve: --parent-tls-ca needs --parent")
 	case c.etcd != "" && c.advertise == "":
 		return errors.New("serve: --etcd needs --advertise (the address clients are redirected to)")
 	case c.etcdTTL < 1:
@@ -80,7 +87,7 @@ type capacityService struct {
 // startCapacity opens the resources file and registers the Capacity
 // service on gs (nil without --resources). The parent loop and the
 // election start here; close stops them.
-func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAddr string, log *slog.Logger) (*capacityService, error) {
+func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAddr string, own *tls.Config, log *slog.Logger) (*capacityService, error) {
 	if c.resources == "" {
 		return nil, nil
 	}
@@ -105,8 +112,14 @@ func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAd
 	cs.cancel = cancel
 	if c.parent != "" {
 		id := c.id(grpcAddr)
+		creds, err := c.parentCreds(own)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		dial := func(addr string) (*grpc.ClientConn, error) { return grpc.NewClient(addr, grpc.WithTransportCredentials(creds)) }
 		cs.wg.Go(func() {
-			srv.RunParent(ctx, capserver.ParentOptions{Address: c.parent, ID: id, Dial: dialParent})
+			srv.RunParent(ctx, capserver.ParentOptions{Address: c.parent, ID: id, Dial: dial})
 		})
 		log.Info("capacity: intermediate server", "parent", c.parent, "server_id", id)
 	}
@@ -149,8 +162,26 @@ func (c *capacityConfig) id(grpcAddr string) string {
 	return host + "/" + grpcAddr
 }
 
-func dialParent(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// parentCreds are the transport credentials towards the parent:
+// plaintext, or with --parent-tls-ca TLS verified with that CA, presenting
+// this server's own certificate (own, from --tls-cert) if it has one.
+func (c *capacityConfig) parentCreds(own *tls.Config) (credentials.TransportCredentials, error) {
+	if c.parentCA == "" {
+		return insecure.NewCredentials(), nil
+	}
+	pem, err := os.ReadFile(c.parentCA)
+	if err != nil {
+		return nil, fmt.Errorf("--parent-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--parent-tls-ca %s: no certificates in it", c.parentCA)
+	}
+	conf := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if own != nil {
+		conf.Certificates = own.Certificates
+	}
+	return credentials.NewTLS(conf), nil
 }
 
 // reload re-reads the resources file when its content has changed, or

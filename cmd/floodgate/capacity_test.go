@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -352,4 +353,27 @@ func TestServeCapacityTree(t *testing.T) {
 		t.Fatalf("only %d samples", worst.n)
 	}
 	t.Logf("%d samples, none over the root's capacity", worst.n)
+}
+
+// TestServeCapacityParentTLS: a parent serving TLS grants to a child that
+// verifies it with --parent-tls-ca; a child speaking plaintext to it gets
+// nothing (and logs why).
+func TestServeCapacityParentTLS(t *testing.T) {
+	p := newPKI(t)
+	cert, key := p.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	file := filepath.Join(t.TempDir(), "resources.yaml")
+	writeFile(t, file, resourcesFile(100, "10s", "300ms"))
+	root := capServer(t, file, "--tls-cert", cert, "--tls-key", key)
+	good := capServer(t, file, "--parent", root.grpc, "--parent-tls-ca", p.caPath)
+	plain := capServer(t, file, "--parent", root.grpc)
+	a := newLeaseClient(t, "a", "db", 30, good.grpc)
+	waitFor(t, "a lease through the TLS parent", func() bool { a.refresh(); return a.holds(time.Now()) == 30 })
+	b := newLeaseClient(t, "b", "db", 30, plain.grpc)
+	waitFor(t, "the plaintext child's failure logged", func() bool {
+		b.refresh()
+		return strings.Contains(plain.logs(), "parent unreachable")
+	})
+	if h := b.holds(time.Now()); h != 0 {
+		t.Fatalf("a child that cannot reach its parent granted %v", h)
+	}
 }

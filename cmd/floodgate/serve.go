@@ -164,7 +164,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	leases, err := c.capacity.start(srv.gs, metrics, srv.gl.Addr().String(), log)
+	leases, err := c.capacity.start(srv.gs, metrics, srv.gl.Addr().String(), srv.tls, log)
 	if err != nil {
 		return err
 	}
