@@ -117,7 +117,9 @@ func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAd
 			cancel()
 			return nil, err
 		}
-		dial := func(addr string) (*grpc.ClientConn, error) { return grpc.NewClient(addr, grpc.WithTransportCredentials(creds)) }
+		dial := func(addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		}
 		cs.wg.Go(func() {
 			srv.RunParent(ctx, capserver.ParentOptions{Address: c.parent, ID: id, Dial: dial})
 		})
