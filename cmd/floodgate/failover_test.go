@@ -260,3 +260,25 @@ func scrape(httpAddr, name string) (float64, error) {
 	}
 	return 0, fmt.Errorf("no %s", name)
 }
+
+// TestServeCapacityResignOnStop: a master stopped with SIGTERM steps down
+// and resigns before draining, so the other replica is master at once,
+// not after the election TTL (30 s here, twice the wait allowed).
+func TestServeCapacityResignOnStop(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	file := filepath.Join(t.TempDir(), "resources.yaml")
+	writeFile(t, file, resourcesFile(100, "10s", "1s"))
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	var servers []*server
+	for _, a := range addrs {
+		servers = append(servers, capServer(t, file, "--grpc-addr", a, "--etcd", etcd.ClientURL, "--advertise", a, "--etcd-ttl", "30"))
+	}
+	var master int
+	waitFor(t, "an agreed master", func() bool { master = agreedMaster(addrs, nil); return master >= 0 })
+	servers[master].stop(t)
+	other := 1 - master
+	waitFor(t, "the other replica master", func() bool {
+		m, addr := discovery(addrs[other])
+		return m && addr == addrs[other]
+	})
+}
