@@ -43,8 +43,9 @@ import (
 const (
 	// DefaultMaxResources is how many resources one call may name.
 	DefaultMaxResources = 1000
-	// MaxIDLength bounds a client, server or resource id, in bytes.
-	MaxIDLength = 512
+	// MaxIDLength bounds a client, server or resource id, in bytes (the
+	// table's bound).
+	MaxIDLength = lease.MaxResourceLen
 )
 
 // Options configure a Server. The zero value serves a single master with
