@@ -73,6 +73,7 @@ func TestValidation(t *testing.T) {
 		{"no resources", &pb.GetCapacityRequest{ClientId: "a"}, "resource: none"},
 		{"too many", &pb.GetCapacityRequest{ClientId: "a", Resource: []*pb.ResourceRequest{good, {ResourceId: "b"}, {ResourceId: "c"}, {ResourceId: "d"}}}, "resource: 4 in one call, at most 3"},
 		{"empty id", &pb.GetCapacityRequest{ClientId: "a", Resource: []*pb.ResourceRequest{good, {Wants: 1}}}, "resource[1].resource_id: empty"},
+		{"long id", &pb.GetCapacityRequest{ClientId: "a", Resource: []*pb.ResourceRequest{good, {ResourceId: strings.Repeat("r", MaxIDLength+1), Wants: 1}}}, "resource[1].resource_id: 257 bytes, at most 256"},
 		{"duplicate", &pb.GetCapacityRequest{ClientId: "a", Resource: []*pb.ResourceRequest{good, good}}, `resource[1].resource_id: "db" named twice`},
 		{"nan wants", &pb.GetCapacityRequest{ClientId: "a", Resource: []*pb.ResourceRequest{good, {ResourceId: "x", Wants: math.NaN()}}}, "resource[1].wants: NaN"},
 		{"inf wants", &pb.GetCapacityRequest{ClientId: "a", Resource: []*pb.ResourceRequest{good, {ResourceId: "x", Wants: math.Inf(1)}}}, "resource[1].wants: +Inf"},
@@ -112,7 +113,7 @@ func TestValidation(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "resource_id[1]: empty") {
 		t.Fatalf("release: %v", err)
 	}
-	if n := refusals(t, s, "", ReasonInvalid); n != 17 {
+	if n := refusals(t, s, "", ReasonInvalid); n != 18 {
 		t.Fatalf("refusals{reason=invalid_argument} = %v, want every refusal counted", n)
 	}
 }
