@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/floodgate/floodgate/capacity/capacitypb"
 )
@@ -375,5 +377,18 @@ func TestServeCapacityParentTLS(t *testing.T) {
 	})
 	if h := b.holds(time.Now()); h != 0 {
 		t.Fatalf("a child that cannot reach its parent granted %v", h)
+	}
+}
+
+// TestServeWithoutResources: without --resources there is no lease
+// service (the call is Unimplemented) and no lease metric.
+func TestServeWithoutResources(t *testing.T) {
+	s := startServer(t, "--data", t.TempDir())
+	_, err := pb.NewCapacityClient(s.conn).Discovery(context.Background(), &pb.DiscoveryRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Discovery without --resources: %v, want Unimplemented", err)
+	}
+	if _, err := scrape(s.http, "floodgate_capacity_master"); err == nil {
+		t.Fatal("a lease metric without --resources")
 	}
 }
