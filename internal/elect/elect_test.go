@@ -1,0 +1,182 @@
+package elect
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/floodgate/floodgate/internal/etcdtest"
+)
+
+type view struct {
+	mu       sync.Mutex
+	isMaster bool
+	master   string
+}
+
+func (v *view) get() (bool, string) { v.mu.Lock(); defer v.mu.Unlock(); return v.isMaster, v.master }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 15s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOneMasterAndHandover: three replicas on a real etcd elect exactly
+// one master, all name it, and when it closes (resigns) another takes over
+// and everyone names the new one. A sampler checks throughout that no two
+// replicas ever say they are master at once.
+func TestOneMasterAndHandover(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	const n = 3
+	views := make([]*view, n)
+	els := make([]*Elector, n)
+	var both atomic.Int64
+	for i := range n {
+		v := &view{}
+		views[i] = v
+		e, err := Start(Options{Endpoints: []string{etcd.ClientURL}, Address: fmt.Sprintf("replica-%d", i), TTL: 2,
+			OnChange: func(m bool, addr string) { v.mu.Lock(); v.isMaster, v.master = m, addr; v.mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		els[i] = e
+	}
+	closed := make([]atomic.Bool, n)
+	defer func() {
+		for i, e := range els {
+			if !closed[i].Load() {
+				e.Close()
+			}
+		}
+	}()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { countMasters(els, stop, &both) })
+	agreed := func(skip int) (string, int) {
+		first, who := "", -1
+		for i, v := range views {
+			if i == skip {
+				continue
+			}
+			m, addr := v.get()
+			if addr == "" || (first != "" && addr != first) {
+				return "", -1
+			}
+			first = addr
+			if m {
+				who = i
+			}
+		}
+		return first, who
+	}
+	var leader int
+	waitFor(t, "agreed master", func() bool { _, w := agreed(-1); leader = w; return w >= 0 })
+	addr, _ := agreed(-1)
+	if addr != fmt.Sprintf("replica-%d", leader) {
+		t.Fatalf("everyone names %q, but replica %d is master", addr, leader)
+	}
+	closed[leader].Store(true)
+	els[leader].Close()
+	waitFor(t, "new master after resign", func() bool { a, w := agreed(leader); return w >= 0 && a != addr })
+	close(stop)
+	wg.Wait()
+	if both.Load() > 0 {
+		t.Fatalf("two masters at once in %d samples", both.Load())
+	}
+}
+
+// TestStepsDownWhenEtcdGoes: a master whose etcd dies stops being master
+// (its session ends) instead of staying master blind.
+func TestStepsDownWhenEtcdGoes(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	v := &view{}
+	e, err := Start(Options{Endpoints: []string{etcd.ClientURL}, Address: "a", TTL: 1,
+		OnChange: func(m bool, addr string) { v.mu.Lock(); v.isMaster, v.master = m, addr; v.mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	waitFor(t, "master", func() bool { m, _ := v.get(); return m })
+	etcd.Kill()
+	waitFor(t, "step down", func() bool { m, _ := v.get(); return !m })
+}
+
+// countMasters samples els every millisecond until stop closes, counting
+// in both the samples where more than one says it is master.
+func countMasters(els []*Elector, stop <-chan struct{}, both *atomic.Int64) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		masters := 0
+		for _, e := range els {
+			if m, _ := e.State(); m {
+				masters++
+			}
+		}
+		if masters > 1 {
+			both.Add(1)
+		}
+	}
+}
+
+// TestCloseLeavesNoCandidateKey: a replica that closes, master or not,
+// takes its candidate key out of etcd at once (its session's lease
+// revoked), so that no dead replica is next in line for a TTL.
+func TestCloseLeavesNoCandidateKey(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	keys := func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "/test/election/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	var els []*Elector
+	for i := range 3 {
+		e, err := Start(Options{Endpoints: []string{etcd.ClientURL}, Key: "/test/election", Address: fmt.Sprint("r", i), TTL: 30,
+			OnChange: func(bool, string) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		els = append(els, e)
+	}
+	waitFor(t, "three candidates", func() bool { return keys() == 3 })
+	for i, e := range els {
+		if m, _ := e.State(); !m {
+			e.Close() // a replica that is not the master
+			els = append(els[:i], els[i+1:]...)
+			break
+		}
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d candidate keys after a replica closed, want 2", n)
+	}
+	for _, e := range els {
+		e.Close()
+	}
+	if n := keys(); n != 0 {
+		t.Fatalf("%d candidate keys after all closed, want 0", n)
+	}
+}
