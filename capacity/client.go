@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate"
@@ -35,7 +36,9 @@ type ClientOptions struct {
 	// limiters (default clock.Coarse).
 	Clock floodgate.Clock
 	// Store keeps the limiters' buckets (default: a memstore of its own,
-	// closed by Close).
+	// closed by Close). A memstore given here may warn of a request
+	// decided under a newer policy of its name: a request racing a
+	// re-rating, decided under the new capacity, as it should be.
 	Store floodgate.Store
 	// DialOptions are grpc.NewClient's options (default: plaintext).
 	DialOptions []grpc.DialOption
@@ -96,7 +99,14 @@ func (o *ClientOptions) defaults() error {
 		o.Logger = slog.Default()
 	}
 	if o.DialOptions == nil {
-		o.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		o.DialOptions = []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// The client's own backoff paces its retries; grpc's must not
+			// keep a restarted server unreachable for minutes.
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+				BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
+			}, MinConnectTimeout: 5 * time.Second}),
+		}
 	}
 	if o.ID == "" {
 		o.ID = defaultID()
@@ -143,10 +153,11 @@ type Client struct {
 	rng       *mrand.Rand
 	closed    bool
 
-	refreshMu   sync.Mutex   // one refresh at a time
-	nextRefresh atomic.Int64 // µs: when the loop refreshes next
-	refreshes   atomic.Int64 // successful refreshes, for tests
-	refreshed   chan struct{}
+	refreshMu   sync.Mutex    // one refresh at a time
+	nextRefresh atomic.Int64  // µs: when the loop refreshes next
+	refreshes   atomic.Int64  // successful refreshes, for tests
+	attempts    atomic.Int64  // the loop's refreshes, failed or not, for tests
+	event       chan struct{} // closed and replaced after each of the loop's attempts and as it goes to sleep, for tests
 }
 
 // New returns a client of the servers at opts.Addrs. It asks them for
@@ -158,11 +169,14 @@ func New(opts ClientOptions) (*Client, error) {
 	c := &Client{
 		opts: opts, clock: opts.Clock, store: opts.Store,
 		resources: map[string]*Resource{}, conns: map[string]*grpc.ClientConn{},
-		done: make(chan struct{}), refreshed: make(chan struct{}),
+		done: make(chan struct{}), event: make(chan struct{}),
 		rng: mrand.New(mrand.NewPCG(seed(opts.ID))),
 	}
 	if c.store == nil {
-		s, err := memstore.New(memstore.Options{})
+		// Quiet: a request that read a resource's policy just before a
+		// re-rating is decided under the new one, as it should be, and
+		// the store would warn of it as of two live policies of a name.
+		s, err := memstore.New(memstore.Options{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, fmt.Errorf("capacity: the limiters' store: %w", err)
 		}
@@ -303,14 +317,12 @@ func (c *Client) apply(resp *capacitypb.GetCapacityResponse, reqs []*capacitypb.
 	c.nextRefresh.Store(now + (interval - jit).Microseconds())
 	c.mu.Unlock()
 	c.refreshes.Add(1)
-	c.signalRefreshed()
 }
 
-func (c *Client) signalRefreshed() {
-	c.mu.Lock()
-	close(c.refreshed)
-	c.refreshed = make(chan struct{})
-	c.mu.Unlock()
+// signal tells the tests that the loop moved on. c.mu is held.
+func (c *Client) signal() {
+	close(c.event)
+	c.event = make(chan struct{})
 }
 
 func toPB(l Lease) *capacitypb.Lease {

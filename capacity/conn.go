@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -89,6 +90,11 @@ func (c *Client) try(ctx context.Context, addr string, rpc func(context.Context,
 	cc, err := c.conn(addr)
 	if err != nil {
 		return nil, err
+	}
+	if cc.GetState() == connectivity.TransientFailure {
+		// Connect again now: grpc's own backoff would make this call fail
+		// without trying, maybe the next too.
+		cc.ResetConnectBackoff()
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RPCTimeout)
 	defer cancel()

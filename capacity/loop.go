@@ -14,6 +14,13 @@ func (c *Client) run() {
 	failures := 0
 	for c.sleep(failures) {
 		err := c.Refresh(c.ctx)
+		c.attempts.Add(1)
+		if err != nil && c.ctx.Err() == nil {
+			c.scheduleRetry(failures + 1)
+		}
+		c.mu.Lock()
+		c.signal()
+		c.mu.Unlock()
 		if c.ctx.Err() != nil {
 			return
 		}
@@ -22,7 +29,6 @@ func (c *Client) run() {
 			continue
 		}
 		failures++
-		c.scheduleRetry(failures)
 		c.opts.Logger.Warn("capacity: refresh failed; the leases run on until they expire, then the resources' modes apply",
 			"client", c.opts.ID, "failures", failures, "err", err)
 	}
@@ -53,6 +59,7 @@ func (c *Client) sleep(failures int) bool {
 		}
 		sctx, cancel := context.WithCancel(c.ctx)
 		c.wakeSleep = cancel
+		c.signal()
 		c.mu.Unlock()
 		var err error
 		if forever {

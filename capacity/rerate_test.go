@@ -50,7 +50,7 @@ func admit(t *testing.T, r *Resource, n int) int {
 	return got
 }
 
-func lease(capa float64, clk *clock.Manual, d time.Duration) Lease {
+func mkLease(capa float64, clk *clock.Manual, d time.Duration) Lease {
 	return Lease{Capacity: capa, Expiry: clk.Now().Add(d), Refresh: d / 4, Safe: capa / 2}
 }
 
@@ -69,11 +69,11 @@ func TestRerateGrowKeepsSpentBucket(t *testing.T) {
 	if got := admit(t, r, 5); got != 0 {
 		t.Fatalf("pessimistic, no lease yet: admitted %d, want 0", got)
 	}
-	setLease(r, lease(10, clk, time.Minute))
+	setLease(r, mkLease(10, clk, time.Minute))
 	if got := admit(t, r, 50); got != 10 {
 		t.Fatalf("lease 10/s: admitted %d at once, want the burst of 10", got)
 	}
-	setLease(r, lease(100, clk, time.Minute))
+	setLease(r, mkLease(100, clk, time.Minute))
 	if got := admit(t, r, 200); got != 90 {
 		t.Fatalf("after growing to 100/s with 10 spent: admitted %d at once, want 90 (never a fresh 100)", got)
 	}
@@ -96,11 +96,11 @@ func TestRerateShrinkNeverOverAdmits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setLease(r, lease(100, clk, time.Minute))
+	setLease(r, mkLease(100, clk, time.Minute))
 	if got := admit(t, r, 50); got != 50 {
 		t.Fatalf("lease 100/s: admitted %d of 50", got)
 	}
-	setLease(r, lease(10, clk, time.Minute))
+	setLease(r, mkLease(10, clk, time.Minute))
 	if got := admit(t, r, 50); got != 0 {
 		t.Fatalf("after shrinking to 10/s with 50 spent: admitted %d, want 0", got)
 	}
@@ -119,11 +119,11 @@ func TestZeroCapacityFreezesBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setLease(r, lease(10, clk, time.Minute))
+	setLease(r, mkLease(10, clk, time.Minute))
 	if got := admit(t, r, 10); got != 10 {
 		t.Fatalf("admitted %d of the burst of 10", got)
 	}
-	setLease(r, lease(0, clk, time.Minute))
+	setLease(r, mkLease(0, clk, time.Minute))
 	clk.Advance(10 * time.Second)
 	if got := admit(t, r, 10); got != 0 {
 		t.Fatalf("capacity 0: admitted %d", got)
@@ -132,7 +132,7 @@ func TestZeroCapacityFreezesBucket(t *testing.T) {
 	if d.Allowed || d.Rule != "capacity" {
 		t.Fatalf("capacity 0: decision %+v, want refused by rule capacity", d)
 	}
-	setLease(r, lease(10, clk, time.Minute))
+	setLease(r, mkLease(10, clk, time.Minute))
 	if got := admit(t, r, 10); got != 0 {
 		t.Fatalf("back to 10/s after 10s at 0: admitted %d at once, want 0 (the bucket stayed spent)", got)
 	}
@@ -151,7 +151,7 @@ func TestFractionalCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setLease(r, lease(2.5, clk, time.Hour))
+	setLease(r, mkLease(2.5, clk, time.Hour))
 	if got := admit(t, r, 10); got != 3 {
 		t.Fatalf("burst of 2.5/s: admitted %d, want 3", got)
 	}
@@ -272,7 +272,7 @@ func TestAllowWhileLeasesChange(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	capa := 50.0
-	setLease(r, lease(capa, clk, time.Hour))
+	setLease(r, mkLease(capa, clk, time.Hour))
 	bound := capa
 	var admitted atomic.Int64
 	stop := make(chan struct{})
@@ -298,7 +298,7 @@ func TestAllowWhileLeasesChange(t *testing.T) {
 		if next < capa {
 			bound += capa - next // the shrink's forgiveness
 		}
-		setLease(r, lease(next, clk, time.Hour))
+		setLease(r, mkLease(next, clk, time.Hour))
 		capa = next
 		clk.Advance(step)
 		bound += capa * step.Seconds()
