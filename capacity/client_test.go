@@ -319,6 +319,18 @@ func TestRefreshLoop(t *testing.T) {
 	if got := c.refreshes.Load(); got != ok {
 		t.Fatalf("%d successful refreshes with the server down, want %d", got, ok)
 	}
+
+	// The server back on its address: the next attempt renews.
+	startServer(t, clk, srv.addr, server.Options{})
+	n := c.attempts.Load()
+	advanceWhenAsleep(t, c, clk, time.Duration(c.nextRefresh.Load()-clk.NowMicro())*time.Microsecond)
+	waitAttempts(t, c, n+1)
+	if got := c.refreshes.Load(); got != ok+1 {
+		t.Fatalf("the first attempt after the server came back failed (%d successful refreshes, want %d)", got, ok+1)
+	}
+	if l, _ := r.Lease(); !l.Expiry.Equal(clk.Now().Add(time.Minute)) || !r.Leased() {
+		t.Fatalf("after the server came back: lease %+v, want one renewed now", l)
+	}
 }
 
 // Wants that change a lot bring the refresh forward to MinInterval after

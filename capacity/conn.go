@@ -14,12 +14,20 @@ import (
 	"github.com/floodgate/floodgate/capacity/capacitypb"
 )
 
-// conn returns the connection to addr, making it on first use.
+// conn returns the connection to addr, making it on first use, and again
+// when the last one failed: grpc keeps a failed connection failing, every
+// call refused without trying, until its own backoff ends, whereas each
+// of the client's attempts (paced by its backoff, on its clock) should
+// try the server.
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc := c.conns[addr]; cc != nil {
-		return cc, nil
+		if cc.GetState() != connectivity.TransientFailure {
+			return cc, nil
+		}
+		cc.Close()
+		delete(c.conns, addr)
 	}
 	cc, err := grpc.NewClient(addr, c.opts.DialOptions...)
 	if err != nil {
@@ -90,11 +98,6 @@ func (c *Client) try(ctx context.Context, addr string, rpc func(context.Context,
 	cc, err := c.conn(addr)
 	if err != nil {
 		return nil, err
-	}
-	if cc.GetState() == connectivity.TransientFailure {
-		// Connect again now: grpc's own backoff would make this call fail
-		// without trying, maybe the next too.
-		cc.ResetConnectBackoff()
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RPCTimeout)
 	defer cancel()

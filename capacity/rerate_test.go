@@ -312,3 +312,54 @@ func TestAllowWhileLeasesChange(t *testing.T) {
 		t.Fatal("admitted nothing")
 	}
 }
+
+// Wait at capacity 0 blocks until a lease brings capacity, then takes one
+// unit of it; a context that ends first consumes nothing.
+func TestWaitForCapacity(t *testing.T) {
+	clk := clock.NewManual(t0)
+	c := newOffline(t, clk)
+	r, err := c.Resource("wait", Options{Wants: 10, Mode: Pessimistic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Wait(ctx); err == nil {
+		t.Fatal("Wait at capacity 0 with an ended context: no error")
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Wait(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Wait at capacity 0 returned %v before any lease", err)
+	default:
+	}
+	setLease(r, mkLease(10, clk, time.Minute))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := admit(t, r, 20); got != 9 {
+		t.Fatalf("after one Wait: admitted %d of the burst of 10, want 9", got)
+	}
+
+	// A lease of 0 until its expiry: Wait sleeps on the clock until then,
+	// and optimistic mode's wants after it.
+	r2, err := c.Resource("wait0", Options{Wants: 5, Mode: Optimistic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setLease(r2, mkLease(0, clk, time.Minute))
+	go func() { done <- r2.Wait(context.Background()) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := clk.WaitForSleepers(wctx, 2); err != nil { // the refresh loop and Wait
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := r2.Capacity(); got != 5 {
+		t.Fatalf("after the lease of 0 expired: capacity %v, want 5 (optimistic)", got)
+	}
+}
