@@ -62,3 +62,43 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkAllowPaired runs the engine's Allow and the client's in
+// alternating batches of 1000 within one benchmark, so that a noisy host
+// slows both alike, and reports each one's ns/op and their ratio.
+func BenchmarkAllowPaired(b *testing.B) {
+	const capa, batch = 1e9, 1000
+	store := memstore.MustNew(memstore.Options{})
+	defer store.Close()
+	c, err := New(ClientOptions{Addrs: []string{"127.0.0.1:1"}, Store: store, Logger: quietLogger(), Clock: clock.Coarse})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	r, err := c.Resource("bench", Options{Wants: capa})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.setLease(Lease{Capacity: capa, Expiry: time.Now().Add(time.Hour), Refresh: time.Hour}, capa, clock.Coarse.NowMicro())
+	engine := floodgate.NewLimiter(floodgate.MustPolicy("engine", floodgate.Rule{
+		Name: "capacity", Algorithm: floodgate.TokenBucket, Limit: capa * rateScale, Period: ratePeriod, Burst: capa,
+	}), store)
+	ctx := context.Background()
+	var te, tc time.Duration
+	n := 0
+	for b.Loop() {
+		start := time.Now()
+		for range batch {
+			engine.Allow(ctx, "bench")
+		}
+		mid := time.Now()
+		for range batch {
+			r.Allow(ctx)
+		}
+		te, tc = te+mid.Sub(start), tc+time.Since(mid)
+		n += batch
+	}
+	b.ReportMetric(float64(te.Nanoseconds())/float64(n), "engine-ns/op")
+	b.ReportMetric(float64(tc.Nanoseconds())/float64(n), "client-ns/op")
+	b.ReportMetric(float64(tc)/float64(te), "client/engine")
+}

@@ -301,10 +301,17 @@ func (r *Resource) refused() floodgate.Decision {
 // now, and consumes it if so: the engine's token bucket at the current
 // capacity, refusing everything at capacity 0.
 func (r *Resource) Allow(ctx context.Context) (floodgate.Decision, error) {
-	if rt := r.rating(r.c.clock.NowMicro()); rt.capacity <= 0 {
+	now := r.c.clock.NowMicro()
+	rt := r.cur.Load()
+	if now >= rt.until {
+		rt = r.rating(now)
+	}
+	if rt.capacity <= 0 {
 		return r.refused(), nil
 	}
-	return r.lim.Allow(ctx, r.id)
+	// The engine's Allow, on the time already read: the limiter's policy
+	// is rt's (set together under r.mu).
+	return r.c.store.Do(ctx, now, floodgate.Op{Policy: rt.policy, Key: r.id, Kind: floodgate.OpAllow, Cost: 1})
 }
 
 // AllowN is Allow for n units; n = 0 peeks.
