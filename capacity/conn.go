@@ -7,27 +7,20 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/floodgate/floodgate/capacity/capacitypb"
 )
 
-// conn returns the connection to addr, making it on first use, and again
-// when the last one failed: grpc keeps a failed connection failing, every
-// call refused without trying, until its own backoff ends, whereas each
-// of the client's attempts (paced by its backoff, on its clock) should
-// try the server.
+// conn returns the connection to addr, making it on first use.
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc := c.conns[addr]; cc != nil {
-		if cc.GetState() != connectivity.TransientFailure {
-			return cc, nil
-		}
-		cc.Close()
-		delete(c.conns, addr)
+		return cc, nil
 	}
 	cc, err := grpc.NewClient(addr, c.opts.DialOptions...)
 	if err != nil {
@@ -35,6 +28,21 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	c.conns[addr] = cc
 	return cc, nil
+}
+
+// dropConn closes cc, the connection to addr, after a call on it found the
+// server unavailable: the next attempt dials afresh. grpc would keep the
+// failed connection failing, every call refused without trying (or
+// failing on a connection attempt begun before the server came back),
+// until its own backoff ends; each of the client's attempts, paced by its
+// backoff on its clock, should try the server.
+func (c *Client) dropConn(addr string, cc *grpc.ClientConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conns[addr] == cc {
+		delete(c.conns, addr)
+		cc.Close()
+	}
 }
 
 func (c *Client) closeConns() {
@@ -102,6 +110,9 @@ func (c *Client) try(ctx context.Context, addr string, rpc func(context.Context,
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RPCTimeout)
 	defer cancel()
 	m, err := rpc(rctx, capacitypb.NewCapacityClient(cc))
+	if status.Code(err) == codes.Unavailable {
+		c.dropConn(addr, cc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("capacity: server %s: %w", addr, err)
 	}

@@ -335,7 +335,7 @@ func TestWaitForCapacity(t *testing.T) {
 	default:
 	}
 	setLease(r, mkLease(10, clk, time.Minute))
-	if err := <-done; err != nil {
+	if err := waitDone(t, done); err != nil {
 		t.Fatal(err)
 	}
 	if got := admit(t, r, 20); got != 9 {
@@ -356,10 +356,22 @@ func TestWaitForCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Minute)
-	if err := <-done; err != nil {
+	if err := waitDone(t, done); err != nil {
 		t.Fatal(err)
 	}
 	if got := r2.Capacity(); got != 5 {
 		t.Fatalf("after the lease of 0 expired: capacity %v, want 5 (optimistic)", got)
+	}
+}
+
+// waitDone returns what a Wait sent on done, failing after 10s.
+func waitDone(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return 10s after the capacity came")
+		return nil
 	}
 }

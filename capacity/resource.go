@@ -335,13 +335,17 @@ func (r *Resource) Wait(ctx context.Context) error {
 func (r *Resource) WaitN(ctx context.Context, n int64) (floodgate.Decision, error) {
 	for {
 		now := r.c.clock.NowMicro()
-		rt := r.rating(now)
+		// The rating and the channel its change closes, read together.
+		r.mu.Lock()
+		rt := r.cur.Load()
+		if now >= rt.until {
+			rt = r.rerate(now)
+		}
+		ch := r.changed
+		r.mu.Unlock()
 		if rt.capacity > 0 {
 			return r.lim.WaitN(ctx, r.id, n)
 		}
-		r.mu.Lock()
-		ch := r.changed
-		r.mu.Unlock()
 		if rt.until == math.MaxInt64 {
 			select {
 			case <-ch:
