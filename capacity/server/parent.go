@@ -111,8 +111,17 @@ func (p *parentLoop) ask(ctx context.Context) {
 	req := &pb.GetServerCapacityRequest{ServerId: p.opts.ID}
 	for _, d := range demand {
 		r := &pb.ServerCapacityResourceRequest{ResourceId: d.Resource}
-		if d.Has.Capacity > 0 || !d.Has.Expiry.IsZero() {
-			r.Has = toPB(d.Has)
+		// Has is what this server may still have out under the parent: its
+		// newest parent lease, or more while its clients still hold leases
+		// granted under an older, larger one. Reporting only the newest
+		// would let the parent take the older one for superseded and grant
+		// its capacity to a sibling while our clients still use it.
+		has := d.Has
+		if out := p.s.table.Outstanding(d.Resource); out > has.Capacity {
+			has.Capacity = out
+		}
+		if has.Capacity > 0 || !has.Expiry.IsZero() {
+			r.Has = toPB(has)
 		}
 		for _, b := range d.Bands {
 			r.Wants = append(r.Wants, &pb.PriorityBandAggregate{Priority: b.Priority, NumClients: b.Clients, Wants: b.Wants})

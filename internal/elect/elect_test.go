@@ -59,24 +59,7 @@ func TestOneMasterAndHandover(t *testing.T) {
 	}()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			masters := 0
-			for _, e := range els {
-				if m, _ := e.State(); m {
-					masters++
-				}
-			}
-			if masters > 1 {
-				both.Add(1)
-			}
-		}
-	})
+	wg.Go(func() { countMasters(els, stop, &both) })
 	agreed := func(skip int) (string, int) {
 		first, who := "", -1
 		for i, v := range views {
@@ -124,4 +107,25 @@ func TestStepsDownWhenEtcdGoes(t *testing.T) {
 	waitFor(t, "master", func() bool { m, _ := v.get(); return m })
 	etcd.Kill()
 	waitFor(t, "step down", func() bool { m, _ := v.get(); return !m })
+}
+
+// countMasters samples els every millisecond until stop closes, counting
+// in both the samples where more than one says it is master.
+func countMasters(els []*Elector, stop <-chan struct{}, both *atomic.Int64) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		masters := 0
+		for _, e := range els {
+			if m, _ := e.State(); m {
+				masters++
+			}
+		}
+		if masters > 1 {
+			both.Add(1)
+		}
+	}
 }
