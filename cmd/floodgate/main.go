@@ -73,6 +73,7 @@ commands:
   proxy      a rate-limiting reverse proxy: floodgate proxy --upstream URL (floodgate proxy -h)
   validate   check rule files: floodgate validate DIR|FILE...
   check      ask a running server: floodgate check --domain D --descriptor key=value
+             or for a capacity lease: floodgate check --capacity RESOURCE --wants N
   bench      load-test a server's ShouldRateLimit (floodgate bench -h)
   version    print the version and exit
   help       print this help
