@@ -62,11 +62,16 @@ type ClientOptions struct {
 	// Burst is how long the limiters' buckets hold at the capacity's rate:
 	// capacity × Burst requests, at least one (default 1s).
 	Burst time.Duration
+	// MaxBatch is the most resources one call carries (default 1000, the
+	// server's default limit): a client with more makes several calls per
+	// refresh.
+	MaxBatch int
 	// Logger logs failed refreshes (default slog.Default()).
 	Logger *slog.Logger
 }
 
-func (o *ClientOptions) defaults() error {
+// validate checks what has no default.
+func (o *ClientOptions) validate() error {
 	if len(o.Addrs) == 0 {
 		return errors.New("capacity: ClientOptions.Addrs: at least one server address is needed")
 	}
@@ -81,6 +86,14 @@ func (o *ClientOptions) defaults() error {
 	if o.WantsChange < 0 || math.IsNaN(o.WantsChange) {
 		return fmt.Errorf("capacity: ClientOptions.WantsChange: %v is negative", o.WantsChange)
 	}
+	return nil
+}
+
+// defaults validates o and fills in the defaults.
+func (o *ClientOptions) defaults() error {
+	if err := o.validate(); err != nil {
+		return err
+	}
 	setDefault(&o.RPCTimeout, 5*time.Second)
 	setDefault(&o.Backoff, 250*time.Millisecond)
 	setDefault(&o.MaxBackoff, 10*time.Second)
@@ -88,6 +101,9 @@ func (o *ClientOptions) defaults() error {
 	setDefault(&o.Burst, time.Second)
 	if o.Jitter == 0 {
 		o.Jitter = 0.1
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1000
 	}
 	if o.WantsChange == 0 {
 		o.WantsChange = 0.2
@@ -257,17 +273,24 @@ func (c *Client) Refresh(ctx context.Context) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	req := &capacitypb.GetCapacityRequest{ClientId: c.opts.ID, Resource: reqs}
-	var resp *capacitypb.GetCapacityResponse
-	err := c.call(ctx, func(ctx context.Context, cl capacitypb.CapacityClient) (*capacitypb.Mastership, error) {
-		var err error
-		resp, err = cl.GetCapacity(ctx, req)
-		return resp.GetMastership(), err
-	})
-	if err != nil {
-		return err
+	var interval time.Duration
+	for lo := 0; lo < len(reqs); lo += c.opts.MaxBatch {
+		hi := min(lo+c.opts.MaxBatch, len(reqs))
+		req := &capacitypb.GetCapacityRequest{ClientId: c.opts.ID, Resource: reqs[lo:hi]}
+		var resp *capacitypb.GetCapacityResponse
+		err := c.call(ctx, func(ctx context.Context, cl capacitypb.CapacityClient) (*capacitypb.Mastership, error) {
+			var err error
+			resp, err = cl.GetCapacity(ctx, req)
+			return resp.GetMastership(), err
+		})
+		if err != nil {
+			return err
+		}
+		if iv := c.apply(resp, reqs[lo:hi], rs[lo:hi]); iv > 0 && (interval == 0 || iv < interval) {
+			interval = iv
+		}
 	}
-	c.apply(resp, reqs, rs)
+	c.schedule(interval)
 	return nil
 }
 
@@ -288,9 +311,9 @@ func (c *Client) requests() ([]*capacitypb.ResourceRequest, []*Resource) {
 	return reqs, rs
 }
 
-// apply gives each resource its new lease, and schedules the next
-// refresh.
-func (c *Client) apply(resp *capacitypb.GetCapacityResponse, reqs []*capacitypb.ResourceRequest, rs []*Resource) {
+// apply gives each resource its new lease, and returns the shortest
+// refresh interval of the answer (0: none).
+func (c *Client) apply(resp *capacitypb.GetCapacityResponse, reqs []*capacitypb.ResourceRequest, rs []*Resource) time.Duration {
 	now := c.clock.NowMicro()
 	byID := make(map[string]int, len(rs))
 	for i, r := range rs {
@@ -308,6 +331,13 @@ func (c *Client) apply(resp *capacitypb.GetCapacityResponse, reqs []*capacitypb.
 			interval = l.Refresh
 		}
 	}
+	return interval
+}
+
+// schedule sets the next refresh after a successful one: interval (or
+// MaxBackoff when the answer gave none) less a random jitter.
+func (c *Client) schedule(interval time.Duration) {
+	now := c.clock.NowMicro()
 	c.mu.Lock()
 	c.last = now
 	if interval <= 0 {
@@ -362,14 +392,15 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Unlock()
 	c.cancel()
 	<-c.done
-	var err error
-	if len(ids) > 0 {
-		req := &capacitypb.ReleaseCapacityRequest{ClientId: c.opts.ID, ResourceId: ids}
-		err = c.call(ctx, func(ctx context.Context, cl capacitypb.CapacityClient) (*capacitypb.Mastership, error) {
+	var errs []error
+	for lo := 0; lo < len(ids); lo += c.opts.MaxBatch {
+		req := &capacitypb.ReleaseCapacityRequest{ClientId: c.opts.ID, ResourceId: ids[lo:min(lo+c.opts.MaxBatch, len(ids))]}
+		errs = append(errs, c.call(ctx, func(ctx context.Context, cl capacitypb.CapacityClient) (*capacitypb.Mastership, error) {
 			resp, err := cl.ReleaseCapacity(ctx, req)
 			return resp.GetMastership(), err
-		})
+		}))
 	}
+	err := errors.Join(errs...)
 	c.dropLeases()
 	c.closeConns()
 	if c.owned != nil {

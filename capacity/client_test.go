@@ -360,3 +360,56 @@ func TestSetWantsRefreshesEarly(t *testing.T) {
 		t.Fatalf("capacity %v one MinInterval after wanting 60, want 60", got)
 	}
 }
+
+// A client with more resources than a call may carry splits its refresh
+// and its release into calls of MaxBatch: the server refuses a call of
+// more than its MaxResources, whole.
+func TestBatches(t *testing.T) {
+	clk := clock.NewManual(t0)
+	srv := startServer(t, clk, "", server.Options{MaxResources: 2})
+	c, err := New(ClientOptions{Addrs: []string{srv.addr}, Clock: clk, Logger: quietLogger(), MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []*Resource
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		rs = append(rs, mustResource(t, c, id, Options{Wants: 1, Mode: Pessimistic}))
+	}
+	refresh(t, c)
+	for _, r := range rs {
+		if got := r.Capacity(); got != 1 {
+			t.Fatalf("%s: capacity %v, want 1", r.ID(), got)
+		}
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if got := srv.Outstanding(r.ID()); got != 0 {
+			t.Fatalf("%s: outstanding %v after Close, want 0 (released)", r.ID(), got)
+		}
+	}
+}
+
+// While no server answers, wants that change a lot do not bring the next
+// attempt forward: the backoff holds.
+func TestWantsWaitForBackoff(t *testing.T) {
+	clk := clock.NewManual(t0)
+	c := newClient(t, clk, closedAddr(t))
+	r := mustResource(t, c, "r", Options{Wants: 10})
+	waitAttempts(t, c, 1) // failed
+	advanceWhenAsleep(t, c, clk, 0)
+	next := c.nextRefresh.Load()
+	for w := range 20 {
+		if err := r.SetWants(float64(100 * (w%2 + 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advanceWhenAsleep(t, c, clk, 0)
+	if got := c.attempts.Load(); got != 1 {
+		t.Fatalf("%d attempts after 20 large changes of wants, want 1 (the backoff holds)", got)
+	}
+	if got := c.nextRefresh.Load(); got != next {
+		t.Fatalf("next attempt moved from %d to %d", next, got)
+	}
+}

@@ -94,6 +94,11 @@ func (c *Client) due(failures int) (time.Duration, bool) {
 	if c.last != 0 || failures > 0 {
 		at = c.nextRefresh.Load()
 	}
+	if c.woken && failures > 0 && !c.urgent {
+		// Wants that changed while no server answers wait for the
+		// backoff, however often they change.
+		c.woken = false
+	}
 	if c.woken {
 		early := now
 		if !c.urgent && c.last != 0 {
