@@ -100,7 +100,7 @@ func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAd
 		return nil, err
 	}
 	// RLQS, once i20-rlqs is merged (LEAD: uncomment this one line):
-	// cs.also(capserver.RegisterRLQS(gs, srv.Table(), srv.Config(), capserver.RLQSOptions{}))
+	// cs.also(capserver.RegisterRLQS(gs, srv, capserver.RLQSOptions{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	cs.cancel = cancel
 	if c.parent != "" {

@@ -153,7 +153,7 @@ func TestServeCapacity(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "resources.yaml")
 	writeFile(t, file, resourcesFile(100, "10s", "1s"))
-	s := startServer(t, "--resources", file)
+	s := capServer(t, file)
 	a := newLeaseClient(t, "a", "db", 70, s.grpc)
 	b := newLeaseClient(t, "b", "db", 70, s.grpc)
 	if !a.refresh() || !b.refresh() {
