@@ -25,6 +25,7 @@ type bandPlan struct {
 	equal float64 // proportional share: the equal share per client
 	extra float64 // proportional share: the under-share clients' leftover
 	exces float64 // proportional share: the over-share clients' total excess
+	limit float64 // none and static overflowing: what is left for the band
 }
 
 // plan computes the band plans of algorithm alg over parts for capacity
@@ -99,8 +100,8 @@ func planBand(alg Algorithm, static float64, left float64, ps []part) (bandPlan,
 				bp.exces += p.wants - eq
 			}
 		}
-	default: // none, static: the band overflows; the grant rule serves it first come
-		bp.full = true
+	default: // none, static: the band overflows; each client capped at what is left, first come
+		bp.limit = left
 	}
 	return bp, left
 }
@@ -191,7 +192,7 @@ func (bp *bandPlan) target(alg Algorithm, static float64, p part) float64 {
 		}
 		return eq + bp.extra*(p.wants-eq)/bp.exces
 	}
-	return rawTarget(alg, static, p)
+	return math.Min(rawTarget(alg, static, p), bp.limit)
 }
 
 // Share computes each wants' share of capacity under alg, all at one

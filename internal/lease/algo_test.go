@@ -19,7 +19,7 @@ func TestDoormanWorkedExample(t *testing.T) {
 	}{
 		{FairShare, []float64{60, 50, 10}},
 		{ProportionalShare, []float64{69.69, 40.31, 10}},
-		{None, []float64{1000, 50, 10}},
+		{None, []float64{120, 50, 10}}, // wants, each capped at the capacity
 		{Static, []float64{30, 30, 10}},
 	} {
 		got := Share(c.alg, 120, 30, wants)
@@ -91,9 +91,10 @@ func TestPriorityBands(t *testing.T) {
 		}
 	}
 	// none: the higher band takes what it wants first; a band that does not
-	// fit leaves nothing to the lower ones.
+	// fit has each client capped at what is left (first come: the grant rule
+	// keeps the sum within it), and leaves nothing to the lower ones.
 	got = ShareBands(None, 200, 0, wants, prios)
-	want = []float64{80, 80, 50, 50, 0}
+	want = []float64{80, 80, 40, 40, 0}
 	for i := range got {
 		if !near(got[i], want[i]) {
 			t.Fatalf("none 200: got %v, want %v", got, want)

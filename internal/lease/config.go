@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path"
@@ -115,34 +116,19 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// LoadConfig reads and parses the resources file at file.
+// LoadConfig reads and parses the resources file at file (at most
+// MaxConfigBytes are read: a larger file is an error).
 func LoadConfig(file string) (*Config, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data := make([]byte, MaxConfigBytes+1)
-	n, err := readFull(f, data)
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	return ParseConfig(file, data[:n])
-}
-
-func readFull(f *os.File, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil {
-			if err.Error() == "EOF" {
-				return n, nil
-			}
-			return n, err
-		}
-	}
-	return n, nil
+	return ParseConfig(file, data)
 }
 
 var yamlLineRe = "line "

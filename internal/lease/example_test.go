@@ -59,3 +59,35 @@ resources:
 	// resources.yaml:5: resources[0].algoritm: unknown field "algoritm" (did you mean "algorithm"?)
 	// resources.yaml:7: resources[0].refresh_interval: 5s is not shorter than lease_length (5s): a client must refresh before its lease expires
 }
+
+// Two levels: a region server asks the root for its clients' demand
+// (Demand → GetServer) and grants from what the root gave it (SetParent).
+func ExampleTable_SetParent() {
+	cfg, err := lease.ParseConfig("resources.yaml", []byte("resources:\n  - id: \"*\"\n    capacity: 100\n"))
+	if err != nil {
+		panic(err)
+	}
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	root := lease.New(cfg, lease.Options{Clock: clk})
+	region := lease.New(cfg, lease.Options{Clock: clk, Intermediate: true})
+
+	direct, _ := root.Get("direct-client", []lease.Request{{Resource: "db", Wants: 100}}, nil)
+	fmt.Println("direct client:", direct[0].Capacity)
+	got, _ := region.Get("c1", []lease.Request{{Resource: "db", Wants: 30}}, nil)
+	fmt.Println("before the root answered:", got[0].Capacity)
+
+	out, _ := root.GetServer("region-1", region.Demand(), nil) // the direct client holds all 100 for now
+	region.SetParent("db", out[0])
+	clk.Advance(5 * time.Second)
+	direct, _ = root.Get("direct-client", []lease.Request{{Resource: "db", Wants: 100, Has: direct[0]}}, nil)
+	clk.Advance(5 * time.Second)
+	direct, _ = root.Get("direct-client", []lease.Request{{Resource: "db", Wants: 100, Has: direct[0]}}, nil)
+	out, _ = root.GetServer("region-1", region.Demand(), nil)
+	region.SetParent("db", out[0])
+	got, _ = region.Get("c1", []lease.Request{{Resource: "db", Wants: 30, Has: got[0]}}, nil)
+	fmt.Println("direct client:", direct[0].Capacity, "region:", out[0].Capacity, "its client:", got[0].Capacity)
+	// Output:
+	// direct client: 100
+	// before the root answered: 0
+	// direct client: 70 region: 30 its client: 30
+}

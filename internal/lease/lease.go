@@ -123,8 +123,9 @@ type Options struct {
 const DefaultMaxClients = 100_000
 
 // A Demand is a resource's demand as an intermediate server reports it to
-// its parent: the lease it holds from the parent and its clients' wants
-// by priority band.
+// its parent: the lease it holds from the parent (its Capacity at least
+// what its own clients may still hold) and its clients' wants by priority
+// band.
 type Demand struct {
 	Resource string
 	Has      Lease

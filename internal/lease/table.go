@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -47,18 +48,6 @@ type grant struct {
 
 func (g grant) live(now int64) bool { return g.exp > now }
 
-// combine is a bound of two leases either of which a client may hold:
-// the larger capacity until the later expiry.
-func combine(a, b grant, now int64) grant {
-	switch {
-	case !a.live(now):
-		return b
-	case !b.live(now):
-		return a
-	}
-	return grant{max(a.units, b.units), max(a.exp, b.exp)}
-}
-
 // An entry is one client of one resource.
 type entry struct {
 	rs      *resState
@@ -66,12 +55,12 @@ type entry struct {
 	parts   []part
 	weight  int64 // clients it stands for
 	wants   float64
-	cur     grant // the newest lease granted
-	prev    grant // a bound of older leases it may still hold (a lost response)
-	counted int64 // what it may hold, as counted in rs.held
-	hidx    int   // index in the Table's expiry heap, -1 if none
-	next    int64 // the heap key: its next lease expiry
-	lidx    int   // index in rs.list
+	cur     grant   // the newest lease granted
+	olds    []grant // older leases it may still hold (a lost response): see addOld
+	counted int64   // what it may hold, as counted in rs.held
+	hidx    int     // index in the Table's expiry heap, -1 if none
+	next    int64   // the heap key: its next lease expiry
+	lidx    int     // index in rs.list
 	inline  [1]part
 }
 
@@ -81,8 +70,10 @@ func (e *entry) mayHold(now int64) int64 {
 	if e.cur.live(now) {
 		u = e.cur.units
 	}
-	if e.prev.live(now) {
-		u = max(u, e.prev.units)
+	for _, g := range e.olds {
+		if g.live(now) {
+			return max(u, g.units) // the first live one is the largest
+		}
 	}
 	return u
 }
@@ -91,12 +82,50 @@ func (e *entry) mayHold(now int64) int64 {
 // have expired.
 func (e *entry) nextExpiry(now int64) int64 {
 	var n int64
-	for _, g := range [2]grant{e.cur, e.prev} {
+	if e.cur.live(now) {
+		n = e.cur.exp
+	}
+	for _, g := range e.olds {
 		if g.live(now) && (n == 0 || g.exp < n) {
 			n = g.exp
 		}
 	}
 	return n
+}
+
+// maxOlds bounds the older leases kept per entry; beyond it the two
+// earliest are merged into one bound of both (larger capacity, later
+// expiry): never less than the truth.
+const maxOlds = 16
+
+// addOld records g as a lease the client may still hold. The list is kept
+// as what matters for the largest live lease at any later instant: sorted
+// by expiry, capacities strictly decreasing; a lease ending no later than
+// another at least as large is dropped, as are expired ones.
+func (e *entry) addOld(g grant, now int64) {
+	if !g.live(now) {
+		return
+	}
+	kept := e.olds[:0]
+	for _, o := range e.olds {
+		if o.live(now) && !(o.units <= g.units && o.exp <= g.exp) {
+			kept = append(kept, o)
+		}
+	}
+	i := len(kept)
+	for i > 0 && kept[i-1].exp > g.exp {
+		i--
+	}
+	if i > 0 && kept[i-1].exp == g.exp && kept[i-1].units >= g.units || i < len(kept) && kept[i].units >= g.units {
+		e.olds = kept // dominated by a lease kept
+		return
+	}
+	kept = slices.Insert(kept, i, g)
+	if len(kept) > maxOlds {
+		kept[1] = grant{max(kept[0].units, kept[1].units), kept[1].exp}
+		kept = slices.Delete(kept, 0, 1)
+	}
+	e.olds = kept
 }
 
 // resState is one resource's state.
@@ -186,8 +215,9 @@ func normalize(cfg *Config) *Config {
 // A lease's Refresh is the resource's refresh interval, or a quarter of it
 // (FastRefreshDivisor, at least 100ms) while the lease is in transition:
 // the client shrinks (its older lease is counted until it shows it holds
-// the new one), or under fair or proportional share it gets less than its
-// target (room is coming). Options.NoFastRefresh turns this off.
+// the new one); or under fair or proportional share it gets less than its
+// target (room is coming), or less than its wants while demand shifts.
+// Options.NoFastRefresh turns this off.
 func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error) {
 	out = out[:0]
 	t.mu.Lock()
@@ -397,14 +427,16 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	}
 	switch {
 	case has.Capacity == fromUnits(e.cur.units) && abs(h.exp-e.cur.exp) < 1000:
-		e.prev = e.cur // it holds the newest lease: older ones are superseded
+		e.olds = e.olds[:0] // it holds the newest lease: older ones are superseded
+		e.addOld(e.cur, now)
 	case learning:
 		// Trusted in learning mode only: what it says it holds (from the
 		// old master) counts until it holds the new lease.
 		h.exp = min(h.exp, now+rs.conf.LeaseLength.Microseconds())
-		e.prev = combine(combine(e.prev, e.cur, now), h, now)
+		e.addOld(e.cur, now)
+		e.addOld(h, now)
 	default:
-		e.prev = combine(e.prev, e.cur, now) // the newest may have been lost
+		e.addOld(e.cur, now) // the newest may have been lost
 	}
 	refresh := t.refresh(rs, e, want, g.units, learning, now)
 	e.cur = g
@@ -423,7 +455,7 @@ const FastRefreshDivisor = 4
 // one); or under fair or proportional share, when it gets less than its
 // target (the room is coming as other clients confirm their shrinking), or
 // less than its wants while demand is shifting (its target may rise as the
-// other clients report their new wants: the wants changed by more than 1%
+// other clients report their new wants: the wants changed by more than 5%
 // of the capacity within the last refresh interval).
 func (t *Table) refresh(rs *resState, e *entry, want, got int64, learning bool, now int64) time.Duration {
 	r := rs.conf.RefreshInterval
@@ -462,8 +494,8 @@ func (t *Table) safe(rs *resState, capU int64) float64 {
 func (t *Table) target(e *entry) float64 {
 	rs := e.rs
 	alg, static := rs.conf.Algorithm, rs.conf.StaticCapacity
-	if alg == None {
-		return e.wants
+	if alg == None && len(rs.plans) == 1 && t.planned(e) {
+		return e.wants // one band: no plan needed
 	}
 	if rs.dirty && (rs.since > len(rs.clients)/32 || !t.planned(e)) {
 		t.replan(rs)
@@ -498,7 +530,7 @@ func (t *Table) replan(rs *resState) {
 	}
 	now := t.clock.NowMicro()
 	capa := fromUnits(t.capUnits(rs, now))
-	if rs.churn > capa/100 {
+	if rs.churn > capa/20 {
 		rs.fluxTo = now + rs.conf.RefreshInterval.Microseconds()
 	}
 	rs.churn = 0
@@ -614,7 +646,11 @@ func (t *Table) SetParent(resource string, l Lease) {
 
 // Demand returns, per resource, its clients' wants by priority band
 // (highest first) and the lease held from the parent: what an intermediate
-// server asks its parent for. Resources are sorted by id.
+// server asks its parent for (Table.GetServer). Has is the newest parent
+// lease, its Capacity raised to what this table's clients may still hold
+// (Outstanding) when that is more: leases granted under an older, larger
+// parent lease are still out, and the parent must go on counting them.
+// Resources are sorted by id.
 func (t *Table) Demand() []Demand {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -623,7 +659,12 @@ func (t *Table) Demand() []Demand {
 	for _, rs := range t.sorted() {
 		d := Demand{Resource: rs.id}
 		if rs.hasParent {
-			d.Has = Lease{Capacity: fromUnits(rs.parent.units), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
+			// What this server may still have out under its parent: the
+			// newest parent lease, or more while its clients still hold
+			// leases granted under an older, larger one. Reporting only the
+			// newest would let the parent take the older one for superseded
+			// and grant it to a sibling while the clients here still use it.
+			d.Has = Lease{Capacity: fromUnits(max(rs.parent.units, rs.held)), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
 		}
 		bands := map[int64]*Band{}
 		for _, e := range rs.list {

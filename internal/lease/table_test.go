@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -502,5 +503,105 @@ func TestTableReloadFile(t *testing.T) {
 	}
 	if !near(has[0].Capacity, 69.69) {
 		t.Fatalf("after reloading proportional share: %v, want 69.69", has[0].Capacity)
+	}
+}
+
+// A client that never reports the lease it holds (every answer might have
+// been lost) is counted at the largest of its unexpired leases, and only
+// until each expires: the capacity it gave up comes back one lease length
+// later, not never.
+func TestTableNeverConfirmingClient(t *testing.T) {
+	tb, clk := newTable(t, oneResource(None, 100, ""), Options{})
+	get(t, tb, "mute", "r", 0, 100, Lease{})
+	for i := 0; i < 30; i++ { // it shrinks to 10 and keeps refreshing, never reporting
+		clk.Advance(2 * time.Second)
+		get(t, tb, "mute", "r", 0, 10, Lease{})
+		if i < 29 && tb.Outstanding("r") != 100 {
+			t.Fatalf("after %d s: outstanding %v while its first lease of 100 may still be held", 2*(i+1), tb.Outstanding("r"))
+		}
+	}
+	clk.Advance(time.Second) // 61 s: the lease of 100 has expired
+	if o := tb.Outstanding("r"); o != 10 {
+		t.Fatalf("outstanding %v after the lease of 100 expired, want 10", o)
+	}
+	if l := get(t, tb, "other", "r", 0, 90, Lease{}); l.Capacity != 90 {
+		t.Fatalf("another client got %v, want 90", l.Capacity)
+	}
+}
+
+// addOld keeps what matters for the largest live lease at every later
+// instant, bounded, and never less than the truth: checked against the
+// brute-force maximum over every lease added.
+func TestAddOldMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for trial := 0; trial < 500; trial++ {
+		e := &entry{}
+		var all []grant
+		now := int64(0)
+		adds := 60
+		if trial%2 == 0 {
+			adds = maxOlds // no merge can happen: the answer is exact
+		}
+		for i := 0; i < adds; i++ {
+			now += rng.Int64N(3)
+			g := grant{units: rng.Int64N(10), exp: now + 1 + rng.Int64N(40)}
+			e.addOld(g, now)
+			all = append(all, g)
+			if len(e.olds) > maxOlds {
+				t.Fatalf("%d olds kept", len(e.olds))
+			}
+			for at := now; at < now+45; at += 3 {
+				var want int64
+				for _, a := range all {
+					if a.live(at) {
+						want = max(want, a.units)
+					}
+				}
+				if got := e.mayHold(at); got < want || adds == maxOlds && got != want {
+					t.Fatalf("trial %d: at %d may hold %d; the largest live lease is %d", trial, at, got, want)
+				}
+			}
+		}
+	}
+}
+
+// A late response: the client gets an answer only after its next request
+// went out (reporting the older lease), and then its next answer is lost,
+// so it uses the late one. The table must count the late lease (it does
+// not know the client never got it) until the client shows otherwise.
+func TestTableLateResponseCounted(t *testing.T) {
+	tb, clk := newTable(t, oneResource(None, 100, ""), Options{})
+	a := get(t, tb, "a", "r", 0, 10, Lease{}) // A = 10
+	clk.Advance(time.Second)
+	late := get(t, tb, "a", "r", 0, 100, a) // B = 100, on its way
+	if late.Capacity != 100 {
+		t.Fatalf("B = %v", late.Capacity)
+	}
+	clk.Advance(time.Second)
+	get(t, tb, "a", "r", 0, 10, a) // sent reporting A; its answer (C = 10) is lost; B arrives
+	if l := get(t, tb, "b", "r", 0, 100, Lease{}); l.Capacity != 0 {
+		t.Fatalf("b got %v while a may hold its late lease of 100", l.Capacity)
+	}
+	clk.Advance(time.Second)
+	get(t, tb, "a", "r", 0, 10, late) // a reports B: B is still counted until it shows a newer lease
+	if l := get(t, tb, "b", "r", 0, 100, Lease{}); l.Capacity != 0 {
+		t.Fatalf("b got %v while a still uses its lease of 100", l.Capacity)
+	}
+}
+
+// Under none, a higher band is served first too: a lower-band client that
+// took everything is cut to what the higher band leaves, and the higher
+// band gets the room once it has shrunk.
+func TestTableNoneBands(t *testing.T) {
+	tb, clk := newTable(t, oneResource(None, 100, ""), Options{})
+	var lo, hi Lease
+	lo = get(t, tb, "lo", "r", 1, 100, lo)
+	for i := 0; i < 4; i++ {
+		hi = get(t, tb, "hi", "r", 9, 80, hi)
+		lo = get(t, tb, "lo", "r", 1, 100, lo)
+		clk.Advance(5 * time.Second)
+	}
+	if hi.Capacity != 80 || lo.Capacity != 20 {
+		t.Fatalf("hi %v lo %v, want 80 20", hi.Capacity, lo.Capacity)
 	}
 }

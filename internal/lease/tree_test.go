@@ -14,7 +14,8 @@ import (
 // grant), 100 clients on the leaves. Every server asks its parent every
 // 5 s for its clients' demand (Demand → GetServer → SetParent), 5 % of
 // those answers and of the clients' answers are lost, demand shifts, and
-// the root's capacity is cut mid-run; later one region cannot reach the
+// the demand moves from one region to the other (twice), the root's
+// capacity is cut mid-run; later one region cannot reach the
 // root for longer than a lease (its clients must then hold nothing, until
 // it reaches the root again). At every step the leaves' clients hold in
 // all at most what the root may consider handed out (the largest of its
@@ -28,7 +29,10 @@ func TestTreeThreeLevels(t *testing.T) {
 		if step == 600 {
 			tr.cutRoot(400)
 		}
-		if step%60 == 0 {
+		switch {
+		case step == 300 || step == 420 || step == 1350:
+			tr.swapRegions() // the demand moves from one region to the other
+		case step%60 == 0:
 			tr.shift()
 		}
 		tr.askParents(step)
@@ -69,6 +73,7 @@ type treeServer struct {
 type treeClient struct {
 	id    string
 	leaf  *treeServer
+	prio  int64
 	wants float64
 	lease Lease
 	next  int64
@@ -87,8 +92,8 @@ type tree struct {
 	servers          []*treeServer // regions and leaves, each region before its leaves
 	clients          []*treeClient
 	caps             []rootCap
-	step             int
 	partitionChecked bool
+	swapped          bool
 }
 
 func treeConfig(t testing.TB, capa float64) *Config {
@@ -135,6 +140,20 @@ func (tr *tree) shift() {
 	}
 }
 
+// swapRegions moves one region's clients to a higher priority band, then
+// the other's: the other region's share shrinks while its clients still
+// hold leases granted under its older, larger grant.
+func (tr *tree) swapRegions() {
+	tr.swapped = !tr.swapped
+	for _, c := range tr.clients {
+		inRegion0 := c.leaf.parent == tr.servers[0]
+		c.prio = 0
+		if inRegion0 != tr.swapped {
+			c.prio = 5 // served first: the other region's share shrinks to what is left
+		}
+	}
+}
+
 // askParents runs the servers' due asks; region0 cannot reach the root
 // from step 1000 to 1150.
 func (tr *tree) askParents(step int) {
@@ -168,7 +187,7 @@ func (tr *tree) refreshClients() {
 		if has.Expiry.UnixMicro() <= now {
 			has = Lease{}
 		}
-		out, err := c.leaf.tb.Get(c.id, []Request{{Resource: "r", Wants: c.wants, Has: has}}, nil)
+		out, err := c.leaf.tb.Get(c.id, []Request{{Resource: "r", Priority: c.prio, Wants: c.wants, Has: has}}, nil)
 		if err != nil {
 			tr.t.Fatal(err)
 		}
@@ -212,6 +231,11 @@ func (tr *tree) check(step int) {
 		if h := tr.held(s); h > got {
 			tr.t.Fatalf("step %d: %s's clients hold %v, over its largest unexpired lease %v", step, s.id, fromUnits(h), fromUnits(got))
 		}
+		// The parent's count of what s may hold bounds what s's clients hold:
+		// else the parent would hand the difference to a sibling.
+		if h, c := tr.held(s), s.parent.tb.counted(s.id, "r"); h > c {
+			tr.t.Fatalf("step %d: %s's clients hold %v, but its parent counts only %v for it", step, s.id, fromUnits(h), fromUnits(c))
+		}
 	}
 }
 
@@ -228,4 +252,15 @@ func (tr *tree) utilization() (float64, bool) {
 		}
 	}
 	return use / capa, wants > capa
+}
+
+// counted is what the table counts client may hold of resource now (tests).
+func (t *Table) counted(client, resource string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire(t.clock.NowMicro())
+	if rs := t.res[resource]; rs != nil && rs.clients[client] != nil {
+		return rs.clients[client].counted
+	}
+	return 0
 }
