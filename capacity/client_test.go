@@ -300,6 +300,11 @@ func TestRefreshLoop(t *testing.T) {
 			}
 		}
 	}
+	// One client all along (a stable id): its renewals replace its lease
+	// rather than add to what the server counts as held.
+	if got := srv.Outstanding("r"); got != 10 {
+		t.Fatalf("outstanding on r after 3 renewals: %v, want the one client's 10", got)
+	}
 	ok := c.refreshes.Load()
 	if ok != base+3 {
 		t.Fatalf("%d successful refreshes of %d, want all", ok, base+3)
