@@ -226,7 +226,7 @@ func TestReleaseOnCloseFreesCapacity(t *testing.T) {
 // loop moves on (an attempt, going to sleep).
 func waitFor(t *testing.T, c *Client, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		c.mu.Lock()
@@ -238,7 +238,7 @@ func waitFor(t *testing.T, c *Client, what string, cond func() bool) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			t.Fatalf("waiting for %s: not after 10s", what)
+			t.Fatalf("waiting for %s: not after 30s", what)
 		}
 	}
 }
