@@ -143,7 +143,10 @@ func (st *rlqsStream) sweep() bool {
 		switch {
 		case now.Sub(b.lastReport) >= b.leaseLen:
 			// Envoy stopped reporting it: forget it, nothing to say.
-		case !ok || now.Sub(b.lastActive) >= idle:
+		case !ok || now.Sub(b.lastActive) >= idle && now.Sub(b.lastReport) < idle:
+			// Gone from the configuration, or reported with no requests
+			// for IdleAfter (a bucket not reported at all waits for the
+			// case above).
 			st.pending[key] = abandon(b.id)
 		case reloaded:
 			b.entry, b.gen, b.leaseLen = entry.ID, cfg.gen, leaseLength(entry)
