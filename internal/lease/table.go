@@ -2,24 +2,169 @@ package lease
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"sort"
 	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/clock"
 )
 
 // ErrTooManyClients is Get's error when a new client (a new client and
 // resource pair) would take the Table beyond Options.MaxClients.
 var ErrTooManyClients = errors.New("lease: too many clients")
 
-// A Table is a capacity server's grant table: per resource, its clients,
-// their wants and priorities, and the leases granted to them. It is safe
-// for concurrent use.
+// unitsPer is the accounting's fixed point: capacity is counted in
+// millionths, in int64, so that sums are exact and a grant, rounded down,
+// can never push the sum past the capacity by a rounding error.
+const unitsPer = 1e6
+
+// MaxCapacity is the largest capacity (and wants) a Table accounts for.
+const MaxCapacity = 1e12
+
+// MaxResourceLen is the longest resource id a request may name.
+const MaxResourceLen = 256
+
+func toUnits(f float64) int64 {
+	switch {
+	case !(f > 0):
+		return 0
+	case f >= MaxCapacity:
+		return MaxCapacity * unitsPer
+	}
+	return int64(math.Floor(f * unitsPer))
+}
+
+func fromUnits(u int64) float64 { return float64(u) / unitsPer }
+
+// A grant is a lease as the Table accounts for it.
+type grant struct {
+	units int64
+	exp   int64 // microseconds since the epoch; the lease holds while now < exp
+}
+
+func (g grant) live(now int64) bool { return g.exp > now }
+
+// combine is a bound of two leases either of which a client may hold:
+// the larger capacity until the later expiry.
+func combine(a, b grant, now int64) grant {
+	switch {
+	case !a.live(now):
+		return b
+	case !b.live(now):
+		return a
+	}
+	return grant{max(a.units, b.units), max(a.exp, b.exp)}
+}
+
+// An entry is one client of one resource.
+type entry struct {
+	rs      *resState
+	client  string
+	parts   []part
+	weight  int64 // clients it stands for
+	wants   float64
+	cur     grant // the newest lease granted
+	prev    grant // a bound of older leases it may still hold (a lost response)
+	counted int64 // what it may hold, as counted in rs.held
+	hidx    int   // index in the Table's expiry heap, -1 if none
+	next    int64 // the heap key: its next lease expiry
+}
+
+// mayHold is the most the client may hold at now.
+func (e *entry) mayHold(now int64) int64 {
+	var u int64
+	if e.cur.live(now) {
+		u = e.cur.units
+	}
+	if e.prev.live(now) {
+		u = max(u, e.prev.units)
+	}
+	return u
+}
+
+// nextExpiry is the earliest expiry after now of its leases, or 0 if all
+// have expired.
+func (e *entry) nextExpiry(now int64) int64 {
+	var n int64
+	for _, g := range [2]grant{e.cur, e.prev} {
+		if g.live(now) && (n == 0 || g.exp < n) {
+			n = g.exp
+		}
+	}
+	return n
+}
+
+// resState is one resource's state.
+type resState struct {
+	id        string
+	conf      Resource
+	gen       int
+	clients   map[string]*entry
+	held      int64 // sum of the entries' counted
+	weight    int64 // sum of the entries' weights
+	parent    grant // the parent's lease (SetParent)
+	hasParent bool
+	learnTo   int64 // learning mode until then
+	plans     []bandPlan
+	parts     []part // scratch for plan
+	dirty     bool
+	since     int // wants changes since the plans were computed
+}
+
+// Table is documented in lease.go's API; its fields are its state.
 type Table struct {
-	mu sync.Mutex
+	mu           sync.Mutex
+	clock        floodgate.Clock
+	max          int
+	intermediate bool
+	cfg          *Config
+	gen          int
+	res          map[string]*resState
+	n            int // entries
+	heap         expHeap
+	learnAt      int64
+	learning     bool
 }
 
 // New returns a Table serving the resources of cfg (a Config from
 // ParseConfig or LoadConfig).
 func New(cfg *Config, opts Options) *Table {
-	return &Table{}
+	t := &Table{clock: opts.Clock, max: opts.MaxClients, intermediate: opts.Intermediate,
+		cfg: normalize(cfg), res: map[string]*resState{}}
+	if t.clock == nil {
+		t.clock = clock.Coarse
+	}
+	if t.max <= 0 {
+		t.max = DefaultMaxClients
+	}
+	return t
+}
+
+// normalize returns a copy of cfg with the defaults filled in.
+func normalize(cfg *Config) *Config {
+	c := &Config{}
+	if cfg != nil {
+		c.Resources = append([]Resource(nil), cfg.Resources...)
+	}
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		if r.Algorithm == "" {
+			r.Algorithm = FairShare
+		}
+		if r.LeaseLength <= 0 {
+			r.LeaseLength = DefaultLeaseLength
+		}
+		if r.RefreshInterval <= 0 {
+			r.RefreshInterval = min(DefaultRefreshInterval, r.LeaseLength/2)
+		}
+		if r.LearningMode <= 0 {
+			r.LearningMode = r.LeaseLength
+		}
+	}
+	return c
 }
 
 // Get grants client one lease per request, appended to out[:0] in the
@@ -30,7 +175,34 @@ func New(cfg *Config, opts Options) *Table {
 // resource's capacity. Bad requests, an unknown resource or too many
 // clients fail the whole call, changing nothing.
 func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error) {
-	return out[:0], errors.New("lease: not implemented yet")
+	out = out[:0]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.NowMicro()
+	t.expire(now)
+	newN := 0
+	for i := range reqs {
+		r := &reqs[i]
+		if err := t.check(client, r.Resource, r.Has); err != nil {
+			return out, err
+		}
+		if !validAmount(r.Wants) {
+			return out, fmt.Errorf("lease: resource %q: wants %v: want a finite number >= 0", r.Resource, r.Wants)
+		}
+		if t.isNew(client, r.Resource) {
+			newN++
+		}
+	}
+	if err := t.room(newN); err != nil {
+		return out, err
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		e := t.entry(client, r.Resource, now)
+		e.setParts(append(e.parts[:0], part{prio: r.Priority, wants: min(r.Wants, MaxCapacity), weight: 1}))
+		out = append(out, t.grant(e, r.Has, now))
+	}
+	return out, nil
 }
 
 // GetServer grants an intermediate server one lease per demand, appended
@@ -40,37 +212,414 @@ func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error)
 // proportional share treat the server's clients like direct ones. Demand.Has
 // is the lease the server holds now. Errors as Get's.
 func (t *Table) GetServer(server string, reqs []Demand, out []Lease) ([]Lease, error) {
-	return out[:0], errors.New("lease: not implemented yet")
+	out = out[:0]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.NowMicro()
+	t.expire(now)
+	newN := 0
+	for i := range reqs {
+		d := &reqs[i]
+		if err := t.check(server, d.Resource, d.Has); err != nil {
+			return out, err
+		}
+		if len(d.Bands) > maxBands {
+			return out, fmt.Errorf("lease: resource %q: %d priority bands; at most %d", d.Resource, len(d.Bands), maxBands)
+		}
+		for _, b := range d.Bands {
+			if !validAmount(b.Wants) || b.Clients < 0 {
+				return out, fmt.Errorf("lease: resource %q: band %d: wants %v, clients %d: want finite numbers >= 0", d.Resource, b.Priority, b.Wants, b.Clients)
+			}
+		}
+		if t.isNew(server, d.Resource) {
+			newN++
+		}
+	}
+	if err := t.room(newN); err != nil {
+		return out, err
+	}
+	for i := range reqs {
+		d := &reqs[i]
+		e := t.entry(server, d.Resource, now)
+		ps := e.parts[:0]
+		for _, b := range d.Bands {
+			ps = append(ps, part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))})
+		}
+		e.setParts(ps)
+		out = append(out, t.grant(e, d.Has, now))
+	}
+	return out, nil
+}
+
+// maxBands bounds the priority bands of one server demand.
+const maxBands = 64
+
+func validAmount(f float64) bool { return f >= 0 && !math.IsInf(f, 0) }
+
+// check validates one request's client, resource and lease held.
+func (t *Table) check(client, resource string, has Lease) error {
+	switch {
+	case client == "":
+		return errors.New("lease: empty client id")
+	case len(client) > MaxResourceLen:
+		return fmt.Errorf("lease: client id is %d bytes long; at most %d", len(client), MaxResourceLen)
+	case resource == "":
+		return errors.New("lease: empty resource id")
+	case len(resource) > MaxResourceLen:
+		return fmt.Errorf("lease: resource id is %d bytes long; at most %d", len(resource), MaxResourceLen)
+	case !validAmount(has.Capacity):
+		return fmt.Errorf("lease: resource %q: has capacity %v: want a finite number >= 0", resource, has.Capacity)
+	}
+	if t.res[resource] == nil && t.cfg.Find(resource) == nil {
+		return fmt.Errorf("lease: no resource matches %q (the resources file has no \"*\" default)", resource)
+	}
+	return nil
+}
+
+func (t *Table) isNew(client, resource string) bool {
+	rs := t.res[resource]
+	return rs == nil || rs.clients[client] == nil
+}
+
+// room checks that n new entries fit.
+func (t *Table) room(n int) error {
+	if t.n+n > t.max {
+		return fmt.Errorf("%w: %d tracked, %d new, at most %d (Options.MaxClients)", ErrTooManyClients, t.n, n, t.max)
+	}
+	return nil
+}
+
+// state returns resource's state, created if need be, its configuration
+// current.
+func (t *Table) state(resource string) *resState {
+	rs := t.res[resource]
+	if rs == nil {
+		rs = &resState{id: resource, clients: map[string]*entry{}, gen: -1}
+		if t.learning {
+			rs.learnTo = t.learnAt // set below with the configuration
+		}
+		t.res[resource] = rs
+	}
+	if rs.gen != t.gen {
+		if r := t.cfg.Find(resource); r != nil {
+			rs.conf = *r
+		}
+		rs.gen = t.gen
+		rs.dirty = true
+		if t.learning {
+			rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
+		}
+	}
+	return rs
+}
+
+// entry returns client's entry of resource, created if need be.
+func (t *Table) entry(client, resource string, now int64) *entry {
+	rs := t.state(resource)
+	e := rs.clients[client]
+	if e == nil {
+		e = &entry{rs: rs, client: client, hidx: -1}
+		rs.clients[client] = e
+		t.n++
+	}
+	return e
+}
+
+// setParts replaces the entry's demand.
+func (e *entry) setParts(ps []part) {
+	e.parts = ps
+	var w int64
+	var wants float64
+	for _, p := range ps {
+		w += int64(p.weight)
+		wants += p.wants
+	}
+	e.rs.weight += w - e.weight
+	e.weight, e.wants = w, wants
+	e.rs.dirty = true
+	e.rs.since++
+}
+
+// capUnits is the resource's capacity for new grants now.
+func (t *Table) capUnits(rs *resState, now int64) int64 {
+	if rs.hasParent || t.intermediate {
+		if !rs.parent.live(now) {
+			return 0
+		}
+		return rs.parent.units
+	}
+	return toUnits(rs.conf.Capacity)
+}
+
+// grant applies the grant rule to e, which reports holding has.
+func (t *Table) grant(e *entry, has Lease, now int64) Lease {
+	rs := e.rs
+	t.recount(e, now)
+	capU := t.capUnits(rs, now)
+	room := max(0, capU-(rs.held-e.counted))
+	learning := now < rs.learnTo
+	var want int64
+	h := grant{units: min(toUnits(has.Capacity), capU), exp: has.Expiry.UnixMicro()}
+	if has.Expiry.IsZero() {
+		h.exp = 0
+	}
+	if learning {
+		if h.live(now) {
+			want = min(h.units, toUnits(e.wants))
+		}
+	} else {
+		want = toUnits(t.target(e))
+	}
+	g := grant{units: min(want, room), exp: now + rs.conf.LeaseLength.Microseconds()}
+	if (rs.hasParent || t.intermediate) && rs.parent.exp < g.exp {
+		g.exp = rs.parent.exp
+	}
+	if g.exp <= now {
+		g = grant{0, now + rs.conf.LeaseLength.Microseconds()}
+	}
+	switch {
+	case has.Capacity == fromUnits(e.cur.units) && abs(h.exp-e.cur.exp) < 1000:
+		e.prev = e.cur // it holds the newest lease: older ones are superseded
+	case learning:
+		// Trusted in learning mode only: what it says it holds (from the
+		// old master) counts until it holds the new lease.
+		h.exp = min(h.exp, now+rs.conf.LeaseLength.Microseconds())
+		e.prev = combine(combine(e.prev, e.cur, now), h, now)
+	default:
+		e.prev = combine(e.prev, e.cur, now) // the newest may have been lost
+	}
+	e.cur = g
+	t.recount(e, now)
+	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: rs.conf.RefreshInterval, Safe: t.safe(rs, capU)}
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// safe is the per-client safe-mode capacity of rs.
+func (t *Table) safe(rs *resState, capU int64) float64 {
+	if rs.conf.SafeCapacity > 0 {
+		return rs.conf.SafeCapacity
+	}
+	return fromUnits(capU) / float64(max(1, rs.weight))
+}
+
+// target is e's share under the resource's algorithm, the plans
+// recomputed when the wants have changed (amortized: at most once per
+// 1/32 of the clients' changes, so that a Get costs O(log n)).
+func (t *Table) target(e *entry) float64 {
+	rs := e.rs
+	alg, static := rs.conf.Algorithm, rs.conf.StaticCapacity
+	if alg == None {
+		return e.wants
+	}
+	if rs.dirty && (rs.since > len(rs.clients)/32 || !t.planned(e)) {
+		t.replan(rs)
+	}
+	var sum float64
+	for _, p := range e.parts {
+		if bp := findBand(rs.plans, p.prio); bp != nil {
+			sum += bp.target(alg, static, p)
+		}
+	}
+	return sum
+}
+
+// planned reports whether the plans have every band of e.
+func (t *Table) planned(e *entry) bool {
+	for _, p := range e.parts {
+		if findBand(e.rs.plans, p.prio) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Table) replan(rs *resState) {
+	ps := rs.parts[:0]
+	for _, e := range rs.clients {
+		ps = append(ps, e.parts...)
+	}
+	capa := fromUnits(t.capUnits(rs, t.clock.NowMicro()))
+	rs.plans = plan(rs.conf.Algorithm, rs.conf.StaticCapacity, capa, ps, rs.plans)
+	rs.parts = ps[:0]
+	rs.dirty, rs.since = false, 0
+}
+
+// recount brings e's counted (and rs.held) to now and reschedules its
+// next expiry; an entry with no live lease left is forgotten.
+func (t *Table) recount(e *entry, now int64) {
+	u := e.mayHold(now)
+	e.rs.held += u - e.counted
+	e.counted = u
+	e.next = e.nextExpiry(now)
+	switch {
+	case e.next == 0 && e.hidx >= 0:
+		t.heap.remove(e)
+	case e.next != 0 && e.hidx < 0:
+		t.heap.push(e)
+	case e.next != 0:
+		t.heap.fix(e)
+	}
+}
+
+// expire processes every lease expiry up to now, forgetting the clients
+// whose leases have all expired.
+func (t *Table) expire(now int64) {
+	for len(t.heap) > 0 && t.heap[0].next <= now {
+		e := t.heap[0]
+		t.recount(e, now)
+		if e.next == 0 {
+			t.drop(e)
+		}
+	}
+}
+
+// drop forgets e.
+func (t *Table) drop(e *entry) {
+	rs := e.rs
+	if e.hidx >= 0 {
+		t.heap.remove(e)
+	}
+	rs.held -= e.counted
+	rs.weight -= e.weight
+	e.counted = 0
+	delete(rs.clients, e.client)
+	t.n--
+	rs.dirty = true
+	rs.since++
+	if len(rs.clients) == 0 && !rs.hasParent {
+		delete(t.res, rs.id)
+	}
 }
 
 // Release drops client's leases of resources: the client has stopped
 // using them, and their capacity is free for others at once.
-func (t *Table) Release(client string, resources []string) {}
+func (t *Table) Release(client string, resources []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range resources {
+		if rs := t.res[r]; rs != nil {
+			if e := rs.clients[client]; e != nil {
+				t.drop(e)
+			}
+		}
+	}
+}
 
 // Reload replaces the resources configuration, whole or nothing: leases
 // already granted stand until they expire; new grants follow cfg.
-func (t *Table) Reload(cfg *Config) {}
+func (t *Table) Reload(cfg *Config) {
+	c := normalize(cfg)
+	t.mu.Lock()
+	t.cfg = c
+	t.gen++
+	t.mu.Unlock()
+}
 
 // SetParent makes the Table an intermediate server's for resource: its
 // capacity for resource is l.Capacity, and no lease it grants ends after
 // l.Expiry.
-func (t *Table) SetParent(resource string, l Lease) {}
+func (t *Table) SetParent(resource string, l Lease) {
+	if resource == "" || len(resource) > MaxResourceLen || !validAmount(l.Capacity) {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rs := t.state(resource)
+	rs.hasParent = true
+	rs.parent = grant{units: toUnits(l.Capacity), exp: l.Expiry.UnixMicro()}
+	rs.dirty = true
+}
 
 // Demand returns, per resource, its clients' wants by priority band
 // (highest first) and the lease held from the parent: what an intermediate
-// server asks its parent for.
-func (t *Table) Demand() []Demand { return nil }
+// server asks its parent for. Resources are sorted by id.
+func (t *Table) Demand() []Demand {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire(t.clock.NowMicro())
+	out := make([]Demand, 0, len(t.res))
+	for _, rs := range t.sorted() {
+		d := Demand{Resource: rs.id}
+		if rs.hasParent {
+			d.Has = Lease{Capacity: fromUnits(rs.parent.units), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
+		}
+		bands := map[int64]*Band{}
+		for _, e := range rs.clients {
+			for _, p := range e.parts {
+				b := bands[p.prio]
+				if b == nil {
+					b = &Band{Priority: p.prio}
+					bands[p.prio] = b
+				}
+				b.Clients += int64(p.weight)
+				b.Wants += p.wants
+			}
+		}
+		for _, b := range bands {
+			d.Bands = append(d.Bands, *b)
+		}
+		sort.Slice(d.Bands, func(i, j int) bool { return d.Bands[i].Priority > d.Bands[j].Priority })
+		out = append(out, d)
+	}
+	return out
+}
+
+func (t *Table) sorted() []*resState {
+	rss := make([]*resState, 0, len(t.res))
+	for _, rs := range t.res {
+		rss = append(rss, rs)
+	}
+	sort.Slice(rss, func(i, j int) bool { return rss[i].id < rss[j].id })
+	return rss
+}
 
 // StartLearning puts every resource in learning mode for its LearningMode
 // duration, from now: called on becoming master. In learning mode a client
 // gets back what it reports holding (Request.Has, capped so that the sum
 // stays within the capacity), and a client holding nothing gets 0.
-func (t *Table) StartLearning() {}
+func (t *Table) StartLearning() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.learning, t.learnAt = true, t.clock.NowMicro()
+	for _, rs := range t.res {
+		rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
+	}
+}
 
 // Outstanding returns the capacity of resource in unexpired leases now,
 // counting for each client the larger of its newest lease and any older
 // one it may still hold: the sum that never exceeds the capacity.
-func (t *Table) Outstanding(resource string) float64 { return 0 }
+func (t *Table) Outstanding(resource string) float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire(t.clock.NowMicro())
+	if rs := t.res[resource]; rs != nil {
+		return fromUnits(rs.held)
+	}
+	return 0
+}
 
 // Stats returns each resource's figures now, sorted by resource id.
-func (t *Table) Stats() []Stats { return nil }
+// Clients counts the direct clients (an intermediate server is one).
+func (t *Table) Stats() []Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.NowMicro()
+	t.expire(now)
+	out := make([]Stats, 0, len(t.res))
+	for _, rs := range t.sorted() {
+		s := Stats{Resource: rs.id, Capacity: fromUnits(t.capUnits(rs, now)), Granted: fromUnits(rs.held),
+			Clients: int64(len(rs.clients)), Learning: now < rs.learnTo}
+		for _, e := range rs.clients {
+			s.Wanted += e.wants
+		}
+		out = append(out, s)
+	}
+	return out
+}
