@@ -56,8 +56,9 @@ const (
 // Limits on what a report may hold; beyond them the stream ends with
 // InvalidArgument.
 const (
-	// MaxBucketIDBytes bounds a bucket's resource id (BucketResource).
-	MaxBucketIDBytes = 1024
+	// MaxBucketIDBytes bounds a bucket's resource id (BucketResource:
+	// the domain, the pairs and their escapes): the lease Table's bound.
+	MaxBucketIDBytes = lease.MaxResourceLen
 	// MaxReportElapsed bounds a usage's time_elapsed.
 	MaxReportElapsed = 24 * time.Hour
 	// maxCount bounds num_requests_allowed and num_requests_denied: 2^53,

@@ -247,6 +247,10 @@ func parseUsage(domain string, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaU
 	if size > MaxBucketIDBytes {
 		return usage{}, fmt.Sprintf("bucket_id: %d bytes with the domain, over %d", size, MaxBucketIDBytes)
 	}
+	resource := BucketResource(domain, bucket)
+	if len(resource) > MaxBucketIDBytes {
+		return usage{}, fmt.Sprintf("bucket_id: %d bytes with the domain and escapes (%.64q...), over %d", len(resource), resource, MaxBucketIDBytes)
+	}
 	te := u.GetTimeElapsed()
 	if te == nil {
 		return usage{}, "time_elapsed: missing"
@@ -267,7 +271,7 @@ func parseUsage(domain string, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaU
 	}
 	return usage{
 		id:       u.GetBucketId(),
-		resource: BucketResource(domain, bucket),
+		resource: resource,
 		count:    float64(allowed) + float64(denied),
 		elapsed:  elapsed,
 	}, ""
