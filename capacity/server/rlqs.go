@@ -10,14 +10,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/lease"
 )
 
 // RLQSOptions configure the Envoy Rate Limit Quota Service. The zero value
 // takes every default.
 type RLQSOptions struct {
-	// Clock is the time source; clock.Manual in tests. Nil: clock.Coarse.
+	// Clock is the time source; nil: the Server's.
 	Clock floodgate.Clock
 	// MaxStreams bounds the open streams (Envoys); one more is refused
 	// with ResourceExhausted. 0: DefaultRLQSMaxStreams.
@@ -69,14 +68,19 @@ const (
 )
 
 // RLQS is Envoy's Rate Limit Quota Service
-// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService) over a lease
-// Table: each stream is one client of the Table, each of its buckets a
-// resource (BucketResource) whose wants are the bucket's demand, and each
-// answer a token-bucket assignment of the stream's lease. Build it with
-// RegisterRLQS; it is safe for concurrent use.
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService) over a
+// Server's lease table: each stream is one client of the table, each of
+// its buckets a resource (BucketResource) whose wants are the bucket's
+// demand, and each answer a token-bucket assignment of the stream's lease.
+// It follows the Server: its resources configuration (a reload is seen
+// within a SweepInterval, or at once by Sweep) and its mastership (a
+// replica that is not the master ends each stream with Unavailable,
+// naming the master). Build it with RegisterRLQS; it is safe for
+// concurrent use.
 type RLQS struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
+	srv   *Server
 	table *lease.Table
 	clock floodgate.Clock
 	opts  RLQSOptions
@@ -98,31 +102,39 @@ type rlqsConfig struct {
 	gen uint64
 }
 
-// RegisterRLQS registers Envoy's Rate Limit Quota Service on s, granting
-// from table (shared with the Capacity service) under cfg (the resources
-// configuration table serves), and returns it. Call its Reload after
-// table.Reload on each hot reload, and Close when the server stops.
+// RegisterRLQS registers Envoy's Rate Limit Quota Service on gs, granting
+// from srv's lease table (shared with srv's Capacity service, so both
+// protocols split one capacity), and returns it. Close it when the gRPC
+// server stops.
 //
-//	rlqs := server.RegisterRLQS(grpcServer, table, cfg, server.RLQSOptions{})
+//	srv, err := server.Open("resources.yaml", server.Options{})
+//	...
+//	srv.Register(gs)
+//	rlqs := server.RegisterRLQS(gs, srv, server.RLQSOptions{})
 //	defer rlqs.Close()
-func RegisterRLQS(s grpc.ServiceRegistrar, table *lease.Table, cfg *lease.Config, opts RLQSOptions) *RLQS {
-	r := NewRLQS(table, cfg, opts)
-	rlqspb.RegisterRateLimitQuotaServiceServer(s, r)
+func RegisterRLQS(gs grpc.ServiceRegistrar, srv *Server, opts RLQSOptions) *RLQS {
+	r := NewRLQS(srv, opts)
+	rlqspb.RegisterRateLimitQuotaServiceServer(gs, r)
 	return r
 }
 
-// NewRLQS returns the service without registering it (RegisterRLQS does
-// both). It starts the expiry pass, which runs until Close.
-func NewRLQS(table *lease.Table, cfg *lease.Config, opts RLQSOptions) *RLQS {
+// NewRLQS returns the service over srv without registering it
+// (RegisterRLQS does both). It starts the expiry pass, which runs until
+// Close.
+func NewRLQS(srv *Server, opts RLQSOptions) *RLQS {
+	if opts.Clock == nil {
+		opts.Clock = srv.clock
+	}
 	opts = opts.withDefaults()
 	r := &RLQS{
-		table:   table,
+		srv:     srv,
+		table:   srv.Table(),
 		clock:   opts.Clock,
 		opts:    opts,
 		streams: make(map[*rlqsStream]struct{}),
 		stopped: make(chan struct{}),
 	}
-	r.cfg.Store(&rlqsConfig{cfg: cfg, gen: 1})
+	r.cfg.Store(&rlqsConfig{cfg: srv.Config(), gen: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go r.sweepLoop(ctx)
@@ -131,9 +143,6 @@ func NewRLQS(table *lease.Table, cfg *lease.Config, opts RLQSOptions) *RLQS {
 
 // withDefaults fills in o's zero fields.
 func (o RLQSOptions) withDefaults() RLQSOptions {
-	if o.Clock == nil {
-		o.Clock = clock.Coarse
-	}
 	if o.MaxStreams <= 0 {
 		o.MaxStreams = DefaultRLQSMaxStreams
 	}
@@ -158,25 +167,30 @@ func (o RLQSOptions) withDefaults() RLQSOptions {
 	return o
 }
 
-// Reload makes cfg the resources configuration (call it after the
-// Table's Reload with the same cfg). Each stream's buckets are looked up
-// again: a bucket now served by another entry of the file (its entry was
-// removed or renamed) is released and Envoy is told to abandon it (it
-// subscribes again on its next request, under the new entry); the others
-// get a new assignment at once, under the new capacities.
-func (r *RLQS) Reload(cfg *lease.Config) {
-	old := r.cfg.Load()
-	r.cfg.Store(&rlqsConfig{cfg: cfg, gen: old.gen + 1})
-	r.Sweep()
+// config returns the Server's live configuration, a new generation when
+// it has changed since the last call.
+func (r *RLQS) config() *rlqsConfig {
+	live := r.srv.Config()
+	for {
+		cur := r.cfg.Load()
+		if cur.cfg == live {
+			return cur
+		}
+		if r.cfg.CompareAndSwap(cur, &rlqsConfig{cfg: live, gen: cur.gen + 1}) {
+			return r.cfg.Load()
+		}
+	}
 }
 
 // Sweep runs the expiry pass now (it runs every SweepInterval on its
 // own): on every stream, a bucket not reported for its lease length is
 // released and forgotten (Envoy stopped reporting it); a bucket reporting
-// no requests for IdleAfter, or whose configuration entry is gone, is
-// released and Envoy is told to abandon it; after a Reload the remaining
-// buckets are granted again. The Table is updated before Sweep returns;
-// the messages follow on each stream.
+// no requests for IdleAfter, or served by a configuration entry that a
+// reload removed or renamed, is released and Envoy is told to abandon it
+// (it subscribes again on its next request, under the entry matching
+// now); after a reload the other buckets are granted again at once, under
+// the new capacities. The table is updated before Sweep returns; the
+// messages follow on each stream.
 func (r *RLQS) Sweep() {
 	for _, st := range r.snapshot() {
 		if st.sweep() {

@@ -26,9 +26,9 @@ func benchServer(b *testing.B) (*grpc.ClientConn, *lease.Table) {
 		ID: "*", Capacity: 1000, Algorithm: lease.FairShare,
 		LeaseLength: 60 * time.Second, RefreshInterval: 5 * time.Second, LearningMode: 60 * time.Second,
 	}}}
-	table := lease.New(cfg, lease.Options{Clock: clock.Coarse, MaxClients: 1 << 20})
+	srv := server.New(cfg, server.Options{Clock: clock.Coarse, MaxClients: 1 << 20})
 	gs := grpc.NewServer()
-	r := server.RegisterRLQS(gs, table, cfg, server.RLQSOptions{MaxStreams: 1 << 16})
+	r := server.RegisterRLQS(gs, srv, server.RLQSOptions{MaxStreams: 1 << 16})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -43,7 +43,7 @@ func benchServer(b *testing.B) (*grpc.ClientConn, *lease.Table) {
 		gs.Stop()
 		r.Close()
 	})
-	return conn, table
+	return conn, srv.Table()
 }
 
 // benchReport is a report of n buckets {name: bN} (shared by every

@@ -53,7 +53,7 @@ func (st *rlqsStream) grant(us []usage, skip map[string]bool, cfg *rlqsConfig, n
 	if len(gone) > 0 {
 		st.r.table.Release(st.client, gone)
 	}
-	leases, err := st.get(cands)
+	leases, err := st.get(cands, now)
 	if errors.Is(err, lease.ErrTooManyClients) && fresh > 0 {
 		// The Table is full: serve the buckets it has, abandon the new.
 		kept := cands[:0]
@@ -65,7 +65,7 @@ func (st *rlqsStream) grant(us []usage, skip map[string]bool, cfg *rlqsConfig, n
 			}
 		}
 		cands = kept
-		leases, err = st.get(cands)
+		leases, err = st.get(cands, now)
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "rlqs: granting: %v", err)
@@ -103,16 +103,29 @@ func (st *rlqsStream) entryOf(resource string, b *rlqsBucket, cfg *rlqsConfig) (
 	return entry, true
 }
 
-// get asks the Table for the candidates' leases.
-func (st *rlqsStream) get(cands []candidate) ([]lease.Lease, error) {
+// get asks the table for the candidates' leases. A bucket's lease held
+// (Request.Has) is the last one sent on this stream; a bucket new to the
+// stream reports what it held before as the rate its Envoy allowed (an
+// Envoy that reconnects after a failover keeps enforcing the old master's
+// assignment, and allowed no more than it): a new master in learning mode
+// grants it back that much, no more (see the package lease's learning
+// mode); outside learning mode the table ignores it.
+func (st *rlqsStream) get(cands []candidate, now time.Time) ([]lease.Lease, error) {
 	if len(cands) == 0 {
 		return nil, nil
 	}
 	st.reqs = st.reqs[:0]
 	for _, c := range cands {
 		var has lease.Lease
-		if c.b != nil {
+		switch {
+		case c.b != nil:
 			has = c.b.lease
+		case c.u.allowed > 0:
+			elapsed := c.u.elapsed
+			if elapsed <= 0 {
+				elapsed = time.Second
+			}
+			has = lease.Lease{Capacity: min(c.u.allowed/elapsed.Seconds(), maxDemand), Expiry: now.Add(leaseLength(c.entry))}
 		}
 		st.reqs = append(st.reqs, lease.Request{Resource: c.u.resource, Wants: c.wants, Has: has})
 	}
@@ -125,7 +138,7 @@ func (st *rlqsStream) get(cands []candidate) ([]lease.Lease, error) {
 // reports whether actions are pending.
 func (st *rlqsStream) sweep() bool {
 	now := st.r.now()
-	cfg := st.r.cfg.Load()
+	cfg := st.r.config()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
@@ -161,7 +174,7 @@ func (st *rlqsStream) sweep() bool {
 	if len(gone) > 0 {
 		st.r.table.Release(st.client, gone)
 	}
-	if leases, err := st.get(regrant); err == nil {
+	if leases, err := st.get(regrant, now); err == nil {
 		for j, c := range regrant {
 			c.b.lease = leases[j]
 			st.pending[c.b.resource] = st.assignment(c.b.id, c.b.lease, now)

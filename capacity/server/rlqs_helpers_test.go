@@ -24,6 +24,7 @@ var epoch = time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 type rlqsHarness struct {
 	t     *testing.T
 	clock *clock.Manual
+	srv   *server.Server
 	table *lease.Table
 	rlqs  *server.RLQS
 	conn  *grpc.ClientConn
@@ -42,12 +43,9 @@ func resource(id string, capacity float64, alg lease.Algorithm) lease.Resource {
 func startRLQS(t *testing.T, cfg *lease.Config, opts server.RLQSOptions) *rlqsHarness {
 	t.Helper()
 	m := clock.NewManual(epoch)
-	table := lease.New(cfg, lease.Options{Clock: m})
-	if opts.Clock == nil {
-		opts.Clock = m
-	}
+	srv := server.New(cfg, server.Options{Clock: m})
 	gs := grpc.NewServer()
-	r := server.RegisterRLQS(gs, table, cfg, opts)
+	r := server.RegisterRLQS(gs, srv, opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +60,7 @@ func startRLQS(t *testing.T, cfg *lease.Config, opts server.RLQSOptions) *rlqsHa
 		gs.Stop()
 		r.Close()
 	})
-	return &rlqsHarness{t: t, clock: m, table: table, rlqs: r, conn: conn}
+	return &rlqsHarness{t: t, clock: m, srv: srv, table: srv.Table(), rlqs: r, conn: conn}
 }
 
 // envoy is a test RLQS client on go-control-plane's generated client,

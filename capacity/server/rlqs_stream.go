@@ -58,7 +58,8 @@ type rlqsBucket struct {
 type usage struct {
 	id       *rlqspb.BucketId
 	resource string
-	count    float64
+	count    float64       // requests allowed and denied
+	allowed  float64       // requests allowed
 	elapsed  time.Duration // 0: not known (Envoy's first report, or under a second)
 }
 
@@ -169,7 +170,10 @@ func (st *rlqsStream) wake() {
 // buckets and answer them in order (after any actions a sweep queued).
 func (st *rlqsStream) report(m *rlqsReports) (*rlqsResponse, error) {
 	now := st.r.now()
-	cfg := st.r.cfg.Load()
+	cfg := st.r.config()
+	if isMaster, master := st.r.srv.Mastership(); !isMaster {
+		return nil, status.Errorf(codes.Unavailable, "rlqs: this server is not the capacity master (the master: %q)", master)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	domain, err := st.checkDomain(m.GetDomain())
@@ -273,6 +277,7 @@ func parseUsage(domain string, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaU
 		id:       u.GetBucketId(),
 		resource: resource,
 		count:    float64(allowed) + float64(denied),
+		allowed:  float64(allowed),
 		elapsed:  elapsed,
 	}, ""
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,8 +253,8 @@ func TestRLQSAbandonOnConfigRemoval(t *testing.T) {
 	a.subscribe("kept", 200)
 	b.subscribe("api", 200)
 	next := config(resource("envoy/name=kept", 80, lease.FairShare))
-	h.table.Reload(next)
-	h.rlqs.Reload(next)
+	h.srv.SetConfig(next)
+	h.rlqs.Sweep()
 	for _, e := range []*envoy{a, b} {
 		r := e.apply(e.recv())
 		var abandoned, kept bool
@@ -374,5 +375,56 @@ func TestRLQSBounds(t *testing.T) {
 	}
 	if out := h.table.Outstanding("envoy/name=b3"); out != 0 {
 		t.Fatalf("the abandoned third bucket holds %v", out)
+	}
+}
+
+// A replica that is not the capacity master grants nothing: each stream
+// ends with Unavailable naming the master (Envoy reconnects, through its
+// cluster, to the master), releasing what it held here.
+func TestRLQSNotMaster(t *testing.T) {
+	h := startRLQS(t, config(resource(apiResource, 100, lease.FairShare)), server.RLQSOptions{})
+	e := h.newEnvoy("envoy")
+	e.subscribe("api", 10)
+	h.srv.SetMastership(false, "10.1.2.3:8081")
+	e.sendReport(time.Second)
+	err := e.streamErr()
+	if statusCode(err) != codes.Unavailable || !strings.Contains(err.Error(), `"10.1.2.3:8081"`) {
+		t.Fatalf("a report to a replica: %v, want Unavailable naming the master", err)
+	}
+	waitFor(t, "the stream's end", func() bool { return h.rlqs.Streams() == 0 })
+	if out := h.table.Outstanding(apiResource); out != 0 {
+		t.Fatalf("the replica still counts %v outstanding", out)
+	}
+}
+
+// After a failover the new master is in learning mode: an Envoy
+// reconnecting with the old master's assignment (seen as the rate it
+// allowed) gets that back, not its fair share, until learning ends, so
+// that the new master never grants beyond what the old one's assignments
+// still hold; then the shares follow demand again.
+func TestRLQSLearningModeAfterFailover(t *testing.T) {
+	h := startRLQS(t, config(resource(apiResource, 100, lease.FairShare)), server.RLQSOptions{})
+	h.srv.SetMastership(false, "")
+	h.srv.SetMastership(true, "") // becomes master: learning mode, 60s
+	a, b := h.newEnvoy("envoy"), h.newEnvoy("envoy")
+	envoys := []*envoy{a, b}
+	// The old master gave a 30 and b 70: a wants 200 (allowed 30, denied
+	// 170), b wants its 70.
+	a.buckets["api"] = &envoyBucket{name: "api", demand: 200, rate: 30, expires: h.clock.Now().Add(50 * time.Second), has: true}
+	b.buckets["api"] = &envoyBucket{name: "api", demand: 70, rate: 70, expires: h.clock.Now().Add(50 * time.Second), has: true}
+	for round := 1; round <= 5; round++ {
+		h.clock.Advance(time.Second)
+		for _, e := range envoys {
+			e.report(time.Second)
+			checkSplit(t, h, envoys, "api", apiResource, 100, fmt.Sprintf("learning, round %d", round))
+		}
+		if got := rates(envoys, "api"); !equal(got, []float64{30, 70}) {
+			t.Fatalf("learning, round %d: rates %v, want what the old master gave, [30 70]", round, got)
+		}
+	}
+	h.clock.Advance(60 * time.Second)
+	b.buckets["api"].demand = 20
+	if r := runRounds(t, h, envoys, 100, 10, []float64{80, 20}); r < 0 {
+		t.Fatalf("after learning: rates %v, want the demand's [80 20]", rates(envoys, "api"))
 	}
 }

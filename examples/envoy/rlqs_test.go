@@ -139,9 +139,8 @@ func TestRLQSExampleServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := clock.NewManual(time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC))
-	table := lease.New(cfg, lease.Options{Clock: m})
 	gs := grpc.NewServer()
-	r := server.RegisterRLQS(gs, table, cfg, server.RLQSOptions{Clock: m})
+	r := server.RegisterRLQS(gs, server.New(cfg, server.Options{Clock: m}), server.RLQSOptions{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
