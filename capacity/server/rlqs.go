@@ -182,6 +182,13 @@ func (r *RLQS) config() *rlqsConfig {
 	}
 }
 
+// Reload runs the expiry pass at once after the Server's configuration
+// changed (call it from Options.OnReload; cfg is the Server's new
+// configuration, which RLQS reads from the Server): a bucket whose entry
+// is gone is abandoned, the others are granted again under the new
+// capacities. Without it, the change is seen within a SweepInterval.
+func (r *RLQS) Reload(cfg *lease.Config) { r.Sweep() }
+
 // Sweep runs the expiry pass now (it runs every SweepInterval on its
 // own): on every stream, a bucket not reported for its lease length is
 // released and forgotten (Envoy stopped reporting it); a bucket reporting

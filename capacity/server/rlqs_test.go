@@ -254,7 +254,7 @@ func TestRLQSAbandonOnConfigRemoval(t *testing.T) {
 	b.subscribe("api", 200)
 	next := config(resource("envoy/name=kept", 80, lease.FairShare))
 	h.srv.SetConfig(next)
-	h.rlqs.Sweep()
+	h.rlqs.Reload(next) // as floodgate serve calls it, from the Server's OnReload
 	for _, e := range []*envoy{a, b} {
 		r := e.apply(e.recv())
 		var abandoned, kept bool
