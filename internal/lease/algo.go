@@ -12,6 +12,7 @@ type part struct {
 	prio   int64
 	wants  float64
 	weight float64 // clients, >= 1
+	key    float64 // wants per client, for waterLevel
 }
 
 // bandPlan is how one priority band is served, computed over all its
@@ -30,15 +31,9 @@ type bandPlan struct {
 // capa (in units), highest priority first. parts is sorted in place.
 func plan(alg Algorithm, static float64, capa float64, parts []part, dst []bandPlan) []bandPlan {
 	dst = dst[:0]
-	slices.SortFunc(parts, func(a, b part) int {
-		if a.prio != b.prio {
-			if a.prio > b.prio {
-				return -1
-			}
-			return 1
-		}
-		return cmpFloat(a.wants/a.weight, b.wants/b.weight)
-	})
+	if !oneBand(parts) {
+		sortByBand(parts)
+	}
 	left := capa
 	for i := 0; i < len(parts); {
 		j := i + 1
@@ -53,17 +48,29 @@ func plan(alg Algorithm, static float64, capa float64, parts []part, dst []bandP
 	return dst
 }
 
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+func oneBand(parts []part) bool {
+	for i := 1; i < len(parts); i++ {
+		if parts[i].prio != parts[0].prio {
+			return false
+		}
 	}
-	return 0
+	return true
 }
 
-// planBand plans one band (its parts sorted by wants per client) with left
+// sortByBand orders parts by priority, highest first.
+func sortByBand(parts []part) {
+	slices.SortFunc(parts, func(a, b part) int {
+		switch {
+		case a.prio > b.prio:
+			return -1
+		case a.prio < b.prio:
+			return 1
+		}
+		return 0
+	})
+}
+
+// planBand plans one band (its parts in any order) with left
 // capacity, returning the plan and the capacity it takes.
 func planBand(alg Algorithm, static float64, left float64, ps []part) (bandPlan, float64) {
 	bp := bandPlan{prio: ps[0].prio}
@@ -100,19 +107,63 @@ func planBand(alg Algorithm, static float64, left float64, ps []part) (bandPlan,
 
 // waterLevel is max-min fairness: the level per client such that parts
 // wanting less get their wants and the others the level, leftovers
-// redistributed until none remain. ps is sorted by wants per client.
+// redistributed until none remain. It selects rather than sorts (expected
+// O(n)): it partitions the parts around a pivot's wants per client; if the
+// level is at least the pivot's, the parts at or below it are satisfied and
+// leave the reckoning, else the search goes on among those below. ps is
+// reordered.
 func waterLevel(left, weight float64, ps []part) float64 {
-	for _, p := range ps {
-		if p.wants/p.weight > left/weight {
-			break
+	for i := range ps {
+		ps[i].key = ps[i].wants / ps[i].weight
+	}
+	lo, hi := 0, len(ps)
+	seed := uint64(len(ps))*0x9E3779B97F4A7C15 | 1
+	for lo < hi {
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		pivot := ps[lo+int(seed%uint64(hi-lo))].key
+		lt, gt, lessW, lessWeight := partition3(ps, lo, hi, pivot)
+		// ps[lo:lt] < pivot, ps[lt:gt] == pivot, ps[gt:hi] > pivot
+		var eqW, eqWeight float64
+		for _, p := range ps[lt:gt] {
+			eqW += p.wants
+			eqWeight += p.weight
 		}
-		left -= p.wants
-		weight -= p.weight
+		if restW := weight - lessWeight - eqWeight; left-lessW-eqW >= pivot*restW {
+			left -= lessW + eqW // the level is at least pivot: all up to it are satisfied
+			weight = restW
+			lo = gt
+		} else {
+			hi = lt // the level is below pivot: search among the smaller
+		}
 	}
 	if weight <= 0 {
 		return math.Inf(1)
 	}
 	return left / weight
+}
+
+// partition3 orders ps[lo:hi] around pivot (less, equal, greater),
+// returning the bounds and the wants and weight of the lesser.
+func partition3(ps []part, lo, hi int, pivot float64) (lt, gt int, lessW, lessWeight float64) {
+	lt, i, gt := lo, lo, hi
+	for i < gt {
+		switch k := ps[i].key; {
+		case k < pivot:
+			lessW += ps[i].wants
+			lessWeight += ps[i].weight
+			ps[lt], ps[i] = ps[i], ps[lt]
+			lt++
+			i++
+		case k > pivot:
+			gt--
+			ps[i], ps[gt] = ps[gt], ps[i]
+		default:
+			i++
+		}
+	}
+	return lt, gt, lessW, lessWeight
 }
 
 // rawTarget is what a part asks for before sharing: its wants, capped at

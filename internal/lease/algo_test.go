@@ -1,7 +1,10 @@
 package lease
 
 import (
+	"cmp"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -119,6 +122,49 @@ func TestSharesSumWithinCapacity(t *testing.T) {
 			if sum > capa*(1+1e-12)+1e-9 {
 				t.Fatalf("%s capacity %v: shares sum to %v", alg, capa, sum)
 			}
+		}
+	}
+}
+
+// refLevel is max-min fairness the textbook way: sort by wants per client,
+// satisfy the smallest while they fit.
+func refLevel(left float64, ps []part) float64 {
+	ps = append([]part(nil), ps...)
+	slices.SortFunc(ps, func(a, b part) int { return cmp.Compare(a.wants/a.weight, b.wants/b.weight) })
+	var weight float64
+	for _, p := range ps {
+		weight += p.weight
+	}
+	for _, p := range ps {
+		if p.wants/p.weight > left/weight {
+			break
+		}
+		left -= p.wants
+		weight -= p.weight
+	}
+	if weight <= 0 {
+		return math.Inf(1)
+	}
+	return left / weight
+}
+
+// waterLevel (selection, expected O(n)) agrees with the sorted reference
+// on random inputs with ties, weights and every degree of demand.
+func TestWaterLevelMatchesSortedReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for trial := 0; trial < 3000; trial++ {
+		n := 1 + rng.IntN(60)
+		ps := make([]part, n)
+		var weight float64
+		for i := range ps {
+			ps[i] = part{wants: float64(rng.IntN(8)) * float64(1+rng.IntN(3)), weight: float64(1 + rng.IntN(3)*rng.IntN(2))}
+			weight += ps[i].weight
+		}
+		left := float64(rng.IntN(200))
+		want := refLevel(left, ps)
+		got := waterLevel(left, weight, append([]part(nil), ps...))
+		if math.IsInf(want, 1) != math.IsInf(got, 1) || !math.IsInf(want, 1) && math.Abs(got-want) > 1e-9*max(1, want) {
+			t.Fatalf("trial %d: level %v, the reference %v (left %v, parts %v)", trial, got, want, left, ps)
 		}
 	}
 }

@@ -89,7 +89,9 @@ type Lease struct {
 
 // A Request is a client's ask for one resource: what it wants, at which
 // priority (a higher band is served first), and the lease it holds now
-// (the zero Lease: none).
+// (the zero Lease: none), exactly as it was granted (Capacity and Expiry
+// to the microsecond): that is how the table knows the client received its
+// newest lease, and stops counting the older ones.
 type Request struct {
 	Resource string
 	Priority int64
@@ -111,6 +113,10 @@ type Options struct {
 	// capacity is what SetParent last gave for it (while that lease lasts),
 	// and 0 before the parent has answered, never the configured Capacity.
 	Intermediate bool
+	// NoFastRefresh keeps every lease's refresh interval at the resource's
+	// refresh_interval, even in transition (see Table.Get); convergence
+	// after a demand shift then takes about one refresh interval more.
+	NoFastRefresh bool
 }
 
 // DefaultMaxClients is the client bound of a Table whose Options give none.

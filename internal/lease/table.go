@@ -71,6 +71,8 @@ type entry struct {
 	counted int64 // what it may hold, as counted in rs.held
 	hidx    int   // index in the Table's expiry heap, -1 if none
 	next    int64 // the heap key: its next lease expiry
+	lidx    int   // index in rs.list
+	inline  [1]part
 }
 
 // mayHold is the most the client may hold at now.
@@ -103,15 +105,18 @@ type resState struct {
 	conf      Resource
 	gen       int
 	clients   map[string]*entry
-	held      int64 // sum of the entries' counted
-	weight    int64 // sum of the entries' weights
-	parent    grant // the parent's lease (SetParent)
+	list      []*entry // the same entries, for iteration in memory order
+	held      int64    // sum of the entries' counted
+	weight    int64    // sum of the entries' weights
+	parent    grant    // the parent's lease (SetParent)
 	hasParent bool
 	learnTo   int64 // learning mode until then
 	plans     []bandPlan
 	parts     []part // scratch for plan
 	dirty     bool
-	since     int // wants changes since the plans were computed
+	since     int     // wants changes since the plans were computed
+	churn     float64 // the sum of the wants' changes since then
+	fluxTo    int64   // demand is shifting until then (fast refresh for the unsatisfied)
 }
 
 // Table is documented in lease.go's API; its fields are its state.
@@ -120,6 +125,7 @@ type Table struct {
 	clock        floodgate.Clock
 	max          int
 	intermediate bool
+	steady       bool
 	cfg          *Config
 	gen          int
 	res          map[string]*resState
@@ -132,7 +138,7 @@ type Table struct {
 // New returns a Table serving the resources of cfg (a Config from
 // ParseConfig or LoadConfig).
 func New(cfg *Config, opts Options) *Table {
-	t := &Table{clock: opts.Clock, max: opts.MaxClients, intermediate: opts.Intermediate,
+	t := &Table{clock: opts.Clock, max: opts.MaxClients, intermediate: opts.Intermediate, steady: opts.NoFastRefresh,
 		cfg: normalize(cfg), res: map[string]*resState{}}
 	if t.clock == nil {
 		t.clock = clock.Coarse
@@ -174,6 +180,12 @@ func normalize(cfg *Config) *Config {
 // still hold now), so the capacity in unexpired leases never exceeds the
 // resource's capacity. Bad requests, an unknown resource or too many
 // clients fail the whole call, changing nothing.
+//
+// A lease's Refresh is the resource's refresh interval, or a quarter of it
+// (FastRefreshDivisor, at least 100ms) while the lease is in transition:
+// the client shrinks (its older lease is counted until it shows it holds
+// the new one), or under fair or proportional share it gets less than its
+// target (room is coming). Options.NoFastRefresh turns this off.
 func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error) {
 	out = out[:0]
 	t.mu.Lock()
@@ -306,6 +318,7 @@ func (t *Table) state(resource string) *resState {
 		}
 		rs.gen = t.gen
 		rs.dirty = true
+		rs.plans = rs.plans[:0] // replanned at the next target: the algorithm may have changed
 		if t.learning {
 			rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
 		}
@@ -318,8 +331,10 @@ func (t *Table) entry(client, resource string, now int64) *entry {
 	rs := t.state(resource)
 	e := rs.clients[client]
 	if e == nil {
-		e = &entry{rs: rs, client: client, hidx: -1}
+		e = &entry{rs: rs, client: client, hidx: -1, lidx: len(rs.list)}
+		e.parts = e.inline[:0]
 		rs.clients[client] = e
+		rs.list = append(rs.list, e)
 		t.n++
 	}
 	return e
@@ -335,6 +350,7 @@ func (e *entry) setParts(ps []part) {
 		wants += p.wants
 	}
 	e.rs.weight += w - e.weight
+	e.rs.churn += math.Abs(wants - e.wants)
 	e.weight, e.wants = w, wants
 	e.rs.dirty = true
 	e.rs.since++
@@ -388,9 +404,39 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	default:
 		e.prev = combine(e.prev, e.cur, now) // the newest may have been lost
 	}
+	refresh := t.refresh(rs, e, want, g.units, learning, now)
 	e.cur = g
 	t.recount(e, now)
-	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: rs.conf.RefreshInterval, Safe: t.safe(rs, capU)}
+	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: refresh, Safe: t.safe(rs, capU)}
+}
+
+// FastRefreshDivisor divides a resource's refresh interval for a lease in
+// transition (see Table.Get).
+const FastRefreshDivisor = 4
+
+// refresh is the refresh interval of a new lease: the resource's, or a
+// quarter of it while the lease is in transition, so that the leases
+// converge soon after a demand shift: when the client shrinks (the table
+// still counts its older, larger lease until it shows it holds the new
+// one); or under fair or proportional share, when it gets less than its
+// target (the room is coming as other clients confirm their shrinking), or
+// less than its wants while demand is shifting (its target may rise as the
+// other clients report their new wants: the wants changed by more than 1%
+// of the capacity within the last refresh interval).
+func (t *Table) refresh(rs *resState, e *entry, want, got int64, learning bool, now int64) time.Duration {
+	r := rs.conf.RefreshInterval
+	if t.steady {
+		return r
+	}
+	shrinking := e.counted > got
+	sharing := !learning && (rs.conf.Algorithm == FairShare || rs.conf.Algorithm == ProportionalShare)
+	short := sharing && want-got > max(want/100, 1)
+	wants := toUnits(e.wants)
+	shifting := sharing && now < rs.fluxTo && wants-got > max(wants/100, 1)
+	if shrinking || short || shifting {
+		return max(r/FastRefreshDivisor, min(r, 100*time.Millisecond))
+	}
+	return r
 }
 
 func abs(x int64) int64 {
@@ -441,10 +487,19 @@ func (t *Table) planned(e *entry) bool {
 
 func (t *Table) replan(rs *resState) {
 	ps := rs.parts[:0]
-	for _, e := range rs.clients {
-		ps = append(ps, e.parts...)
+	for _, e := range rs.list {
+		if len(e.parts) == 1 {
+			ps = append(ps, e.parts[0])
+		} else {
+			ps = append(ps, e.parts...)
+		}
 	}
-	capa := fromUnits(t.capUnits(rs, t.clock.NowMicro()))
+	now := t.clock.NowMicro()
+	capa := fromUnits(t.capUnits(rs, now))
+	if rs.churn > capa/100 {
+		rs.fluxTo = now + rs.conf.RefreshInterval.Microseconds()
+	}
+	rs.churn = 0
 	rs.plans = plan(rs.conf.Algorithm, rs.conf.StaticCapacity, capa, ps, rs.plans)
 	rs.parts = ps[:0]
 	rs.dirty, rs.since = false, 0
@@ -489,6 +544,11 @@ func (t *Table) drop(e *entry) {
 	rs.weight -= e.weight
 	e.counted = 0
 	delete(rs.clients, e.client)
+	last := len(rs.list) - 1
+	rs.list[e.lidx] = rs.list[last]
+	rs.list[e.lidx].lidx = e.lidx
+	rs.list[last] = nil
+	rs.list = rs.list[:last]
 	t.n--
 	rs.dirty = true
 	rs.since++
@@ -521,6 +581,17 @@ func (t *Table) Reload(cfg *Config) {
 	t.mu.Unlock()
 }
 
+// ReloadFile parses the resources file at path and, only if it has no
+// error, hands it to Reload: a bad file changes nothing.
+func (t *Table) ReloadFile(path string) error {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	t.Reload(cfg)
+	return nil
+}
+
 // SetParent makes the Table an intermediate server's for resource: its
 // capacity for resource is l.Capacity, and no lease it grants ends after
 // l.Expiry.
@@ -532,6 +603,9 @@ func (t *Table) SetParent(resource string, l Lease) {
 	defer t.mu.Unlock()
 	rs := t.state(resource)
 	rs.hasParent = true
+	if u := toUnits(l.Capacity); u != rs.parent.units {
+		rs.plans = rs.plans[:0] // replanned for the new capacity at the next target
+	}
 	rs.parent = grant{units: toUnits(l.Capacity), exp: l.Expiry.UnixMicro()}
 	rs.dirty = true
 }
@@ -550,7 +624,7 @@ func (t *Table) Demand() []Demand {
 			d.Has = Lease{Capacity: fromUnits(rs.parent.units), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
 		}
 		bands := map[int64]*Band{}
-		for _, e := range rs.clients {
+		for _, e := range rs.list {
 			for _, p := range e.parts {
 				b := bands[p.prio]
 				if b == nil {
@@ -616,7 +690,7 @@ func (t *Table) Stats() []Stats {
 	for _, rs := range t.sorted() {
 		s := Stats{Resource: rs.id, Capacity: fromUnits(t.capUnits(rs, now)), Granted: fromUnits(rs.held),
 			Clients: int64(len(rs.clients)), Learning: now < rs.learnTo}
-		for _, e := range rs.clients {
+		for _, e := range rs.list {
 			s.Wanted += e.wants
 		}
 		out = append(out, s)

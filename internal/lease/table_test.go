@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -436,4 +437,70 @@ func TestTableConcurrent(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
+}
+
+// Fast refresh: a lease in transition (shrinking unconfirmed, short of its
+// target, or unsatisfied while demand shifts) carries a quarter of the
+// refresh interval; in a steady state every lease carries the configured
+// one (no extra load); NoFastRefresh keeps it always.
+func TestTableFastRefresh(t *testing.T) {
+	for _, steady := range []bool{false, true} {
+		tb, clk := newTable(t, oneResource(FairShare, 100, ""), Options{NoFastRefresh: steady})
+		fast := 5 * time.Second / FastRefreshDivisor
+		if steady {
+			fast = 5 * time.Second
+		}
+		a := get(t, tb, "a", "r", 0, 80, Lease{})
+		b := get(t, tb, "b", "r", 0, 20, Lease{})
+		clk.Advance(5 * time.Second)
+		a = get(t, tb, "a", "r", 0, 10, a)  // shrinks: the table still counts 80
+		b = get(t, tb, "b", "r", 0, 200, b) // short of its target 90
+		if a.Refresh != fast || b.Refresh != fast {
+			t.Fatalf("steady=%v: in transition, refresh %v %v, want %v", steady, a.Refresh, b.Refresh, fast)
+		}
+		for i := 0; i < 12; i++ {
+			clk.Advance(a.Refresh)
+			a = get(t, tb, "a", "r", 0, 10, a)
+			b = get(t, tb, "b", "r", 0, 200, b)
+		}
+		if a.Capacity != 10 || b.Capacity != 90 || a.Refresh != 5*time.Second || b.Refresh != 5*time.Second {
+			t.Fatalf("steady=%v: steady state a %+v b %+v: want 10 and 90, refresh 5s", steady, a, b)
+		}
+	}
+}
+
+// ReloadFile is whole or nothing: a bad file changes nothing; a good one
+// applies at once, the algorithm included.
+func TestTableReloadFile(t *testing.T) {
+	tb, clk := newTable(t, oneResource(FairShare, 120, ""), Options{})
+	dir := t.TempDir()
+	path := dir + "/r.yaml"
+	os.WriteFile(path, []byte(oneResource(ProportionalShare, 120, "")+"  - id: x\n    capacity: -1\n"), 0o600)
+	if err := tb.ReloadFile(path); err == nil || !strings.Contains(err.Error(), "r.yaml:") {
+		t.Fatalf("got %v", err)
+	}
+	has := make([]Lease, 3)
+	wants := []float64{1000, 50, 10}
+	round := func() {
+		for i := range wants {
+			has[i] = get(t, tb, fmt.Sprint("c", i), "r", 0, wants[i], has[i])
+		}
+		clk.Advance(5 * time.Second)
+	}
+	for i := 0; i < 3; i++ {
+		round()
+	}
+	if has[0].Capacity != 60 {
+		t.Fatalf("after a bad file: %v, want fair share's 60", has[0].Capacity)
+	}
+	os.WriteFile(path, []byte(oneResource(ProportionalShare, 120, "")), 0o600)
+	if err := tb.ReloadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		round()
+	}
+	if !near(has[0].Capacity, 69.69) {
+		t.Fatalf("after reloading proportional share: %v, want 69.69", has[0].Capacity)
+	}
 }
