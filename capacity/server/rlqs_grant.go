@@ -21,10 +21,52 @@ type candidate struct {
 
 // grant grants a report's usages (but those in skip) in one Table.Get and
 // returns their actions in the report's order: an assignment per bucket
-// granted, an abandon for a bucket the configuration no longer serves or
-// beyond MaxBuckets. The stream's state changes only if the Get succeeds.
+// granted, an abandon for a bucket the configuration no longer serves, one
+// beyond MaxBuckets, or one the table has no room for. The stream's
+// buckets change only as the actions say.
 func (st *rlqsStream) grant(us []usage, skip map[string]bool, cfg *rlqsConfig, now time.Time) ([]*rlqsAction, error) {
 	actions := make([]*rlqsAction, len(us))
+	cands, fresh := st.candidates(us, skip, cfg, now, actions)
+	leases, err := st.get(cands, now)
+	if errors.Is(err, lease.ErrTooManyClients) && fresh > 0 {
+		// The table is full: serve the buckets it has, abandon the new.
+		kept := cands[:0]
+		for _, c := range cands {
+			if c.b == nil {
+				actions[c.at] = abandon(c.u.id)
+			} else {
+				kept = append(kept, c)
+			}
+		}
+		cands = kept
+		leases, err = st.get(cands, now)
+	}
+	if errors.Is(err, lease.ErrTooManyClients) {
+		// Still full: the table forgot some of these buckets (their leases
+		// expired) and has no room to take them back. Abandon them all.
+		var gone []string
+		for _, c := range cands {
+			actions[c.at] = abandon(c.u.id)
+			delete(st.buckets, c.u.resource)
+			gone = append(gone, c.u.resource)
+		}
+		st.r.table.Release(st.client, gone)
+		return compact(actions), nil
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "rlqs: granting: %v", err)
+	}
+	for j, c := range cands {
+		actions[c.at] = st.commit(c, leases[j], cfg, now)
+	}
+	return compact(actions), nil
+}
+
+// candidates returns the usages to grant, and how many of them are new
+// buckets, setting in actions the abandons of those not to grant: a
+// bucket no configuration entry serves any more (released), or a new
+// bucket beyond MaxBuckets.
+func (st *rlqsStream) candidates(us []usage, skip map[string]bool, cfg *rlqsConfig, now time.Time, actions []*rlqsAction) ([]candidate, int) {
 	var gone []string
 	cands := make([]candidate, 0, len(us))
 	fresh := 0
@@ -53,39 +95,24 @@ func (st *rlqsStream) grant(us []usage, skip map[string]bool, cfg *rlqsConfig, n
 	if len(gone) > 0 {
 		st.r.table.Release(st.client, gone)
 	}
-	leases, err := st.get(cands, now)
-	if errors.Is(err, lease.ErrTooManyClients) && fresh > 0 {
-		// The Table is full: serve the buckets it has, abandon the new.
-		kept := cands[:0]
-		for _, c := range cands {
-			if c.b == nil {
-				actions[c.at] = abandon(c.u.id)
-			} else {
-				kept = append(kept, c)
-			}
-		}
-		cands = kept
-		leases, err = st.get(cands, now)
+	return cands, fresh
+}
+
+// commit records candidate c's new lease l and returns its assignment.
+func (st *rlqsStream) commit(c candidate, l lease.Lease, cfg *rlqsConfig, now time.Time) *rlqsAction {
+	b := c.b
+	if b == nil {
+		b = &rlqsBucket{id: c.u.id, resource: c.u.resource, lastActive: now}
+		st.buckets[c.u.resource] = b
 	}
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "rlqs: granting: %v", err)
+	if c.entry != nil {
+		b.entry, b.gen, b.leaseLen = c.entry.ID, cfg.gen, leaseLength(c.entry)
 	}
-	for j, c := range cands {
-		b := c.b
-		if b == nil {
-			b = &rlqsBucket{id: c.u.id, resource: c.u.resource, lastActive: now}
-			st.buckets[c.u.resource] = b
-		}
-		if c.entry != nil {
-			b.entry, b.gen, b.leaseLen = c.entry.ID, cfg.gen, leaseLength(c.entry)
-		}
-		b.lease, b.wants, b.lastReport = leases[j], c.wants, now
-		if c.u.count > 0 {
-			b.lastActive = now
-		}
-		actions[c.at] = st.assignment(b.id, b.lease, now)
+	b.lease, b.wants, b.lastReport = l, c.wants, now
+	if c.u.count > 0 {
+		b.lastActive = now
 	}
-	return compact(actions), nil
+	return st.assignment(b.id, b.lease, now)
 }
 
 // entryOf returns the configuration entry serving resource (nil if the

@@ -42,8 +42,16 @@ func resource(id string, capacity float64, alg lease.Algorithm) lease.Resource {
 // startRLQS serves cfg's resources over RLQS on a free loopback port.
 func startRLQS(t *testing.T, cfg *lease.Config, opts server.RLQSOptions) *rlqsHarness {
 	t.Helper()
+	return startRLQSWith(t, cfg, server.Options{}, opts)
+}
+
+// startRLQSWith is startRLQS with the Server's options (its clock is the
+// harness's).
+func startRLQSWith(t *testing.T, cfg *lease.Config, sopts server.Options, opts server.RLQSOptions) *rlqsHarness {
+	t.Helper()
 	m := clock.NewManual(epoch)
-	srv := server.New(cfg, server.Options{Clock: m})
+	sopts.Clock = m
+	srv := server.New(cfg, sopts)
 	gs := grpc.NewServer()
 	r := server.RegisterRLQS(gs, srv, opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -428,3 +428,37 @@ func TestRLQSLearningModeAfterFailover(t *testing.T) {
 		t.Fatalf("after learning: rates %v, want the demand's [80 20]", rates(envoys, "api"))
 	}
 }
+
+// A full table (Options.MaxClients (stream, bucket) pairs): a new bucket
+// is abandoned while the buckets the table has are still served; a bucket
+// the table forgot (its lease expired before the expiry pass dropped it)
+// and has no room to take back is abandoned, not an error ending the
+// stream.
+func TestRLQSTableFull(t *testing.T) {
+	h := startRLQSWith(t, config(resource(apiResource, 100, lease.FairShare)), server.Options{MaxClients: 1}, server.RLQSOptions{})
+	a, b := h.newEnvoy("envoy"), h.newEnvoy("envoy")
+	a.subscribe("api", 50)
+	r := b.subscribe("api", 50)
+	if len(r.GetBucketAction()) != 1 || r.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("a bucket beyond the table's bound: %v, want it abandoned", r)
+	}
+	h.clock.Advance(time.Second)
+	a.report(time.Second)
+	if got := a.rate("api"); got != 50 {
+		t.Fatalf("the bucket the table has: rate %v, want 50", got)
+	}
+	// a's lease expires unreported: the table forgets it, and b's bucket
+	// takes the room before a reports again.
+	h.clock.Advance(61 * time.Second)
+	b.subscribe("api", 50)
+	if got := b.rate("api"); got != 1 {
+		t.Fatalf("b after a's lease expired: rate %v, want its first report's 1", got)
+	}
+	r = a.report(time.Second)
+	if len(r.GetBucketAction()) != 1 || r.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("a bucket the table forgot, with no room: %v, want it abandoned", r)
+	}
+	if out := h.table.Outstanding(apiResource); out > 100 {
+		t.Fatalf("outstanding %v, over the quota", out)
+	}
+}
