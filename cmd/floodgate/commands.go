@@ -168,6 +168,9 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "floodgate check: TLS:", err)
 		return 1
 	}
+	if a.capacity.resource != "" {
+		return a.capacity.run(a.addr, creds, a.timeout, stdout, stderr)
+	}
 	req, err := a.request()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -205,6 +208,7 @@ type checkArgs struct {
 	timeout      time.Duration
 	descs        multiFlag
 	tls          loadgen.TLSConfig // the same client TLS flags as floodgate bench
+	capacity     capacityCheck     // --capacity: ask for a lease instead (checkcapacity.go)
 }
 
 // checkFlags parses check's command line: its arguments, or nil and the
@@ -218,6 +222,8 @@ func checkFlags(args []string, stderr io.Writer) (*checkArgs, int) {
 	fs.UintVar(&a.hits, "hits", 1, "hits to add (0 checks without consuming)")
 	fs.DurationVar(&a.timeout, "timeout", 5*time.Second, "deadline of the call")
 	fs.Var(&a.descs, "descriptor", "key=value[,key2=value2...] (repeat for several descriptors)")
+	fs.Func("server", "the server's gRPC address (the same as --addr)", func(v string) error { a.addr = v; return nil })
+	a.capacity.register(fs)
 	a.tls.AddFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -225,8 +231,13 @@ func checkFlags(args []string, stderr io.Writer) (*checkArgs, int) {
 		}
 		return nil, 2
 	}
-	if a.domain == "" || len(a.descs) == 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: floodgate check --addr HOST:PORT --domain D --descriptor key=value[,key=value] [--hits N] [--tls-ca FILE ...]")
+	if a.capacity.resource != "" {
+		if err := a.capacity.check(a.domain, len(a.descs), fs.NArg()); err != nil {
+			fmt.Fprintln(stderr, "floodgate check:", err)
+			return nil, 2
+		}
+	} else if a.domain == "" || len(a.descs) == 0 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: floodgate check --addr HOST:PORT --domain D --descriptor key=value[,key=value] [--hits N] [--tls-ca FILE ...]\n       floodgate check --server HOST:PORT --capacity RESOURCE --wants N [--priority P] [--client-id ID] [--release=false]")
 		return nil, 2
 	}
 	if err := a.tls.Resolve(); err != nil {

@@ -36,6 +36,7 @@ type serveConfig struct {
 	tlsCert, tlsKey, tlsClientCA   string
 	allowRequestLimits, xRateLimit bool
 	noRateLimit, shadowMode        bool
+	capacity                       capacityConfig // capacity leases (capacity.go)
 }
 
 func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -54,11 +55,15 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", envBool("SHADOW_MODE"), "every limit in shadow mode: decide, count and report, refuse nothing (envoyproxy/ratelimit's SHADOW_MODE) [FLOODGATE_SHADOW_MODE]")
+	c.capacity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.capacity.check(); err != nil {
+		return nil, err
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return nil, errors.New("serve: --tls-cert and --tls-key go together")
@@ -159,8 +164,16 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	leases, err := c.capacity.start(srv.gs, metrics, srv.gl.Addr().String(), log)
+	if err != nil {
+		return err
+	}
+	if leases != nil {
+		loader.also = leases.reload
+	}
 	srv.start()
 	c.serveUntilStopped(ctx, log, loader, srv.errc, "floodgate serving")
+	leases.close() // resigns first: clients move to the next master while this one drains
 	srv.drain(c.drain)
 	st.close(log)
 	log.Info("stopped")
@@ -359,6 +372,9 @@ type ruleLoader struct {
 	// the previous files stay the loader's, and the reload counts as
 	// refused.
 	onLoad func(*rules.Config) error
+	// also, when set, runs at each reload check before the rules' own (the
+	// capacity leases' resources file: capacity.go), force as given.
+	also func(force bool)
 }
 
 // signature describes the directory's rule files (rules.Files) by name
@@ -525,6 +541,9 @@ func (l *ruleLoader) noteSkipped(skipped []string) {
 // last read, or always when force is set (SIGHUP), and puts the result
 // live.
 func (l *ruleLoader) reload(force bool) {
+	if l.also != nil {
+		l.also(force)
+	}
 	if !force {
 		if sig, _, _ := l.signature(); sig == l.sig {
 			return

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	capserver "github.com/floodgate/floodgate/capacity/server"
+	"github.com/floodgate/floodgate/internal/elect"
+	"github.com/floodgate/floodgate/internal/lease"
+	"github.com/floodgate/floodgate/service"
+)
+
+// capacityConfig is what `floodgate serve` is told about capacity leases
+// (docs/CAPACITY.md). Without --resources there is no lease service.
+type capacityConfig struct {
+	resources   string // the resources file
+	parent      string // an intermediate's parent address
+	serverID    string // this server's id towards its parent
+	etcd        string // comma-separated etcd client URLs: replicas elect a master
+	advertise   string // the address this replica advertises as master
+	electionKey string
+	etcdTTL     int
+}
+
+func (c *capacityConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.resources, "resources", envString("RESOURCES", ""), "capacity leases: the resources file (docs/CAPACITY.md); serves the floodgate.capacity.v1.Capacity service on the gRPC port. Empty: no lease service [FLOODGATE_RESOURCES]")
+	fs.StringVar(&c.parent, "parent", envString("PARENT", ""), "capacity leases: the parent server's gRPC address, HOST:PORT; this server then grants only what its parent grants it [FLOODGATE_PARENT]")
+	fs.StringVar(&c.serverID, "server-id", envString("SERVER_ID", ""), "capacity leases: this server's id towards its parent (default: --advertise, else the host name and --grpc-addr) [FLOODGATE_SERVER_ID]")
+	fs.StringVar(&c.etcd, "etcd", envString("ETCD", ""), "capacity leases: etcd client URLs, comma-separated; the replicas sharing them elect one master (needs --advertise) [FLOODGATE_ETCD]")
+	fs.StringVar(&c.advertise, "advertise", envString("ADVERTISE", ""), "capacity leases: the gRPC address clients reach this replica at, HOST:PORT, sent to them as the master's address [FLOODGATE_ADVERTISE]")
+	fs.StringVar(&c.electionKey, "election-key", envString("ELECTION_KEY", "/floodgate/capacity/master"), "capacity leases: the etcd key prefix of the master election; one per replicated service [FLOODGATE_ELECTION_KEY]")
+	c.etcdTTL = envInt("ETCD_TTL", 5)
+	fs.IntVar(&c.etcdTTL, "etcd-ttl", c.etcdTTL, "capacity leases: the election session's TTL in seconds: how long a dead master stays master [FLOODGATE_ETCD_TTL]")
+}
+
+func (c *capacityConfig) check() error {
+	switch {
+	case c.resources == "" && (c.parent != "" || c.etcd != "" || c.advertise != ""):
+		return errors.New("serve: --parent, --etcd and --advertise need --resources")
+	case c.etcd != "" && c.advertise == "":
+		return errors.New("serve: --etcd needs --advertise (the address clients are redirected to)")
+	case c.etcdTTL < 1:
+		return fmt.Errorf("serve: --etcd-ttl %d: want 1 or more", c.etcdTTL)
+	}
+	return nil
+}
+
+// reloader is a service sharing the lease table that follows its reloads
+// (RLQS).
+type reloader interface {
+	Reload(*lease.Config)
+	Close()
+}
+
+// capacityService is the running lease service: the server, its parent
+// loop, its election and the services sharing its table.
+type capacityService struct {
+	c       *capacityConfig
+	srv     *capserver.Server
+	log     *slog.Logger
+	sum     [32]byte // the resources file's content as last loaded
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	elector *elect.Elector
+	mu      sync.Mutex
+	others  []reloader
+}
+
+// startCapacity opens the resources file and registers the Capacity
+// service on gs (nil without --resources). The parent loop and the
+// election start here; close stops them.
+func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAddr string, log *slog.Logger) (*capacityService, error) {
+	if c.resources == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(c.resources)
+	if err != nil {
+		return nil, fmt.Errorf("--resources: %w", err)
+	}
+	cs := &capacityService{c: c, log: log, sum: sha256.Sum256(data)}
+	srv, err := capserver.Open(c.resources, capserver.Options{Logger: log, Intermediate: c.parent != "", Replica: c.etcd != "",
+		OnReload: cs.reloadOthers})
+	if err != nil {
+		return nil, err
+	}
+	cs.srv = srv
+	srv.Register(gs)
+	if err := metrics.Register(srv.Collector()); err != nil {
+		return nil, err
+	}
+	// RLQS, once i20-rlqs is merged (LEAD: uncomment this one line):
+	// cs.also(capserver.RegisterRLQS(gs, srv.Table(), srv.Config(), capserver.RLQSOptions{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cs.cancel = cancel
+	if c.parent != "" {
+		id := c.id(grpcAddr)
+		cs.wg.Go(func() {
+			srv.RunParent(ctx, capserver.ParentOptions{Address: c.parent, ID: id, Dial: dialParent})
+		})
+		log.Info("capacity: intermediate server", "parent", c.parent, "server_id", id)
+	}
+	if c.etcd != "" {
+		cs.elector, err = elect.Start(elect.Options{Endpoints: strings.Split(c.etcd, ","), Key: c.electionKey,
+			Address: c.advertise, TTL: c.etcdTTL, OnChange: srv.SetMastership, Logger: log})
+		if err != nil {
+			cs.close()
+			return nil, fmt.Errorf("--etcd: %w", err)
+		}
+	}
+	log.Info("capacity leases served", "resources", c.resources, "replica", c.etcd != "")
+	return cs, nil
+}
+
+// also adds a service sharing the table: it follows reloads and is closed
+// with the lease service.
+func (cs *capacityService) also(r reloader) {
+	cs.mu.Lock()
+	cs.others = append(cs.others, r)
+	cs.mu.Unlock()
+}
+
+func (cs *capacityService) reloadOthers(cfg *lease.Config) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, r := range cs.others {
+		r.Reload(cfg)
+	}
+}
+
+func (c *capacityConfig) id(grpcAddr string) string {
+	switch {
+	case c.serverID != "":
+		return c.serverID
+	case c.advertise != "":
+		return c.advertise
+	}
+	host, _ := os.Hostname()
+	return host + "/" + grpcAddr
+}
+
+func dialParent(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// reload re-reads the resources file when its content has changed, or
+// always when force is set (SIGHUP). A bad file is refused whole (logged
+// with its file:line) and the resources live before stay live.
+func (cs *capacityService) reload(force bool) {
+	if cs == nil {
+		return
+	}
+	data, err := os.ReadFile(cs.c.resources)
+	if err != nil {
+		cs.log.Error("resources reload refused; the previous resources stay live", "err", err)
+		return
+	}
+	sum := sha256.Sum256(data)
+	if !force && bytes.Equal(sum[:], cs.sum[:]) {
+		return
+	}
+	cs.sum = sum
+	cs.srv.Reload() // logs its error itself
+}
+
+// close resigns mastership (another replica takes over at once) and stops
+// the parent loop and the services sharing the table.
+func (cs *capacityService) close() {
+	if cs == nil {
+		return
+	}
+	if cs.elector != nil {
+		cs.elector.Close()
+	}
+	cs.cancel()
+	cs.wg.Wait()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, r := range cs.others {
+		r.Close()
+	}
+}
