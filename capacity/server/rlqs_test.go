@@ -376,6 +376,28 @@ func TestRLQSBounds(t *testing.T) {
 	if out := h.table.Outstanding("envoy/name=b3"); out != 0 {
 		t.Fatalf("the abandoned third bucket holds %v", out)
 	}
+	// A flood of distinct buckets: every one abandoned, none tracked.
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf("flood%d", i)
+	}
+	a.send(&rlqspb.RateLimitQuotaUsageReports{Domain: "envoy", BucketQuotaUsages: usages(names...)})
+	r = a.recv()
+	if len(r.GetBucketAction()) != len(names) {
+		t.Fatalf("%d actions for %d flooding buckets", len(r.GetBucketAction()), len(names))
+	}
+	for _, act := range r.GetBucketAction() {
+		if act.GetAbandonAction() == nil {
+			t.Fatalf("a flooding bucket was not abandoned: %v", act)
+		}
+	}
+	pairs := 0
+	for _, s := range h.table.Stats() {
+		pairs += int(s.Clients)
+	}
+	if pairs != 3 { // a's b1 and b2, b's b1
+		t.Fatalf("the table tracks %d (stream, bucket) pairs after the flood, want 3", pairs)
+	}
 }
 
 // A replica that is not the capacity master grants nothing: each stream
