@@ -32,6 +32,8 @@ type rlqsStream struct {
 	client string        // the Table's client id: "rlqs/<seq>/<peer>"
 	poke   chan struct{} // wakes the stream to send what a sweep queued
 
+	notMaster bool // the stream ends because this server is not the master
+
 	mu      sync.Mutex
 	closed  bool
 	domain  string
@@ -66,14 +68,32 @@ type usage struct {
 // StreamRateLimitQuotas serves one Envoy: each report's buckets are
 // granted (one Table.Get for the report), and each gets a token-bucket
 // assignment of its lease, or an abandon action. A malformed report ends
-// the stream with InvalidArgument, changing nothing; the stream's leases
-// are released when it ends.
+// the stream with InvalidArgument, changing nothing.
+//
+// When the stream ends, its leases are released at once if the Envoy
+// closed it (its half-close: it is done with them), or if this server is
+// not the master; otherwise (a reset, a cancel, a cut connection, an
+// error) the Envoy may still be enforcing its assignments, until their
+// TTL, and the leases stay counted until they expire (their expiry is
+// after the TTL), so that what it still admits is never granted to
+// another Envoy meanwhile.
 func (r *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsReports, rlqsResponse]) error {
 	st, err := r.open(stream)
 	if err != nil {
 		return err
 	}
-	defer r.closeStream(st)
+	err = st.serve(stream)
+	closed := errors.Is(err, io.EOF)
+	r.closeStream(st, closed || st.notMaster)
+	if closed {
+		return nil
+	}
+	return err
+}
+
+// serve runs the stream until it ends: the Envoy's half-close (io.EOF),
+// an error, or the context's end.
+func (st *rlqsStream) serve(stream grpc.BidiStreamingServer[rlqsReports, rlqsResponse]) error {
 	ctx := stream.Context()
 	msgs := make(chan *rlqsReports)
 	errc := make(chan error, 1)
@@ -93,25 +113,21 @@ func (r *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsReports
 	}()
 	for {
 		var resp *rlqsResponse
+		var err error
 		select {
 		case m := <-msgs:
-			if resp, err = st.report(m); err != nil {
-				return err
-			}
+			resp, err = st.report(m)
 		case <-st.poke:
 			resp = st.flush()
-		case err := <-errc:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
+		case err = <-errc:
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			err = status.FromContextError(ctx.Err()).Err()
 		}
-		if resp != nil {
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
+		if err == nil && resp != nil {
+			err = stream.Send(resp)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -139,8 +155,9 @@ func (r *RLQS) open(stream grpc.ServerStream) (*rlqsStream, error) {
 	return st, nil
 }
 
-// closeStream unregisters st and releases its leases.
-func (r *RLQS) closeStream(st *rlqsStream) {
+// closeStream unregisters st and, if release, releases its leases (else
+// they expire on their own).
+func (r *RLQS) closeStream(st *rlqsStream, release bool) {
 	r.mu.Lock()
 	delete(r.streams, st)
 	r.mu.Unlock()
@@ -151,7 +168,7 @@ func (r *RLQS) closeStream(st *rlqsStream) {
 	for key := range st.buckets {
 		resources = append(resources, key)
 	}
-	if len(resources) > 0 {
+	if release && len(resources) > 0 {
 		r.table.Release(st.client, resources)
 	}
 	st.buckets = nil
@@ -172,6 +189,7 @@ func (st *rlqsStream) report(m *rlqsReports) (*rlqsResponse, error) {
 	now := st.r.now()
 	cfg := st.r.config()
 	if isMaster, master := st.r.srv.Mastership(); !isMaster {
+		st.notMaster = true
 		return nil, status.Errorf(codes.Unavailable, "rlqs: this server is not the capacity master (the master: %q)", master)
 	}
 	st.mu.Lock()

@@ -160,21 +160,37 @@ func TestRLQSStreamEndFreesShare(t *testing.T) {
 	}
 }
 
-// A stream cut by the Envoy's side (its context cancelled: a crash, a
-// reset) frees its share too.
-func TestRLQSStreamCancelFreesShare(t *testing.T) {
+// A stream cut without the Envoy's half-close (a crash, a reset, a
+// partition: its context cancelled here) does not free its share at once:
+// the Envoy may still be enforcing its assignment until its TTL, so its
+// lease stays counted until it expires, and the other Envoy gets the room
+// only then.
+func TestRLQSStreamCutKeepsShareUntilExpiry(t *testing.T) {
 	h := startRLQS(t, config(resource(apiResource, 100, lease.FairShare)), server.RLQSOptions{})
-	a := h.newEnvoy("envoy")
+	a, b := h.newEnvoy("envoy"), h.newEnvoy("envoy")
 	a.subscribe("api", 500)
-	h.clock.Advance(time.Second)
-	a.report(time.Second)
-	if out := h.table.Outstanding(apiResource); out == 0 {
-		t.Fatal("no lease outstanding after a report")
+	b.subscribe("api", 500)
+	envoys := []*envoy{a, b}
+	if r := runRounds(t, h, envoys, 100, 10, []float64{50, 50}); r < 0 {
+		t.Fatalf("rates %v, want [50 50]", rates(envoys, "api"))
 	}
-	a.cancel()
-	waitFor(t, "the cut stream's release", func() bool { return h.rlqs.Streams() == 0 })
-	if out := h.table.Outstanding(apiResource); out != 0 {
-		t.Fatalf("after the stream was cut the Table still counts %v outstanding", out)
+	cutAt := h.clock.Now()
+	b.cancel()
+	waitFor(t, "the cut stream's end", func() bool { return h.rlqs.Streams() == 1 })
+	bHeld, bUntil := b.rate("api"), b.buckets["api"].expires
+	for h.clock.Now().Before(bUntil) {
+		h.clock.Advance(5 * time.Second)
+		a.report(time.Second)
+		if h.clock.Now().Before(bUntil) && a.rate("api")+bHeld > 100 {
+			t.Fatalf("%v after the cut: a has %v while the cut Envoy may still admit %v, over the quota 100",
+				h.clock.Now().Sub(cutAt), a.rate("api"), bHeld)
+		}
+	}
+	h.clock.Advance(5 * time.Second)
+	a.report(time.Second)
+	a.report(time.Second)
+	if got := a.rate("api"); got != 100 {
+		t.Fatalf("after the cut stream's lease expired: rate %v, want the whole quota 100", got)
 	}
 }
 

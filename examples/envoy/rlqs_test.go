@@ -82,6 +82,9 @@ func bucketsOf(t *testing.T, fc *rlqfilter.RateLimitQuotaFilterConfig) map[strin
 		if ri := s.GetReportingInterval().AsDuration(); ri < time.Second {
 			t.Fatalf("bucket %s: reporting_interval %v: Envoy sends time_elapsed in whole seconds, so under 1s it sends 0", name, ri)
 		}
+		if s.GetExpiredAssignmentBehavior().GetReuseLastAssignment() != nil {
+			t.Fatalf("bucket %s: reuse_last_assignment keeps a share Floodgate may have given to another Envoy; use a safe fallback_rate_limit", name)
+		}
 		out[name] = id
 	}
 	for _, m := range fc.GetBucketMatchers().GetMatcherList().GetMatchers() {
