@@ -85,7 +85,8 @@ type RLQS struct {
 	clock floodgate.Clock
 	opts  RLQSOptions
 
-	cfg atomic.Pointer[rlqsConfig]
+	cfg     atomic.Pointer[rlqsConfig]
+	metrics rlqsMetrics
 
 	mu      sync.Mutex
 	streams map[*rlqsStream]struct{}

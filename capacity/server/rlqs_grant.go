@@ -34,6 +34,7 @@ func (st *rlqsStream) grant(us []usage, skip map[string]bool, cfg *rlqsConfig, n
 		for _, c := range cands {
 			if c.b == nil {
 				actions[c.at] = abandon(c.u.id)
+				st.r.metrics.abandons[abandonTableFull].Add(1)
 			} else {
 				kept = append(kept, c)
 			}
@@ -47,6 +48,7 @@ func (st *rlqsStream) grant(us []usage, skip map[string]bool, cfg *rlqsConfig, n
 		var gone []string
 		for _, c := range cands {
 			actions[c.at] = abandon(c.u.id)
+			st.r.metrics.abandons[abandonTableFull].Add(1)
 			delete(st.buckets, c.u.resource)
 			gone = append(gone, c.u.resource)
 		}
@@ -79,6 +81,7 @@ func (st *rlqsStream) candidates(us []usage, skip map[string]bool, cfg *rlqsConf
 		switch {
 		case !ok:
 			actions[i] = abandon(u.id)
+			st.r.metrics.abandons[abandonRemoved].Add(1)
 			if b != nil {
 				delete(st.buckets, u.resource)
 				gone = append(gone, u.resource)
@@ -86,6 +89,7 @@ func (st *rlqsStream) candidates(us []usage, skip map[string]bool, cfg *rlqsConf
 			continue
 		case b == nil && len(st.buckets)+fresh >= st.r.opts.MaxBuckets:
 			actions[i] = abandon(u.id)
+			st.r.metrics.abandons[abandonOverBound].Add(1)
 			continue
 		case b == nil:
 			fresh++
@@ -183,11 +187,14 @@ func (st *rlqsStream) sweep() bool {
 		switch {
 		case now.Sub(b.lastReport) >= b.leaseLen:
 			// Envoy stopped reporting it: forget it, nothing to say.
-		case !ok || now.Sub(b.lastActive) >= idle && now.Sub(b.lastReport) < idle:
-			// Gone from the configuration, or reported with no requests
-			// for IdleAfter (a bucket not reported at all waits for the
-			// case above).
+		case !ok:
 			st.pending[key] = abandon(b.id)
+			st.r.metrics.abandons[abandonRemoved].Add(1)
+		case now.Sub(b.lastActive) >= idle && now.Sub(b.lastReport) < idle:
+			// Reported with no requests for IdleAfter (a bucket not
+			// reported at all waits for the case above).
+			st.pending[key] = abandon(b.id)
+			st.r.metrics.abandons[abandonIdle].Add(1)
 		case reloaded:
 			b.entry, b.gen, b.leaseLen = entry.ID, cfg.gen, leaseLength(entry)
 			regrant = append(regrant, candidate{u: usage{resource: key}, b: b, wants: b.wants})

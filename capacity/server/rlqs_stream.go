@@ -88,7 +88,22 @@ func (r *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsReports
 	if closed {
 		return nil
 	}
+	r.metrics.errors[errorIndex(err, st.notMaster)].Add(1)
 	return err
+}
+
+// errorIndex is the index in rlqsErrorCodes of the error a stream ended
+// with.
+func errorIndex(err error, notMaster bool) int {
+	switch {
+	case notMaster:
+		return 1
+	case status.Code(err) == codes.InvalidArgument:
+		return 0
+	case status.Code(err) == codes.Internal:
+		return 3
+	}
+	return 4
 }
 
 // serve runs the stream until it ends: the Envoy's half-close (io.EOF),
@@ -141,6 +156,7 @@ func (r *RLQS) open(stream grpc.ServerStream) (*rlqsStream, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.streams) >= r.opts.MaxStreams {
+		r.metrics.errors[2].Add(1)
 		return nil, status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open, the most this server takes", len(r.streams))
 	}
 	r.seq++
@@ -186,6 +202,7 @@ func (st *rlqsStream) wake() {
 // report handles one usage report: validate all of it, then grant its
 // buckets and answer them in order (after any actions a sweep queued).
 func (st *rlqsStream) report(m *rlqsReports) (*rlqsResponse, error) {
+	st.r.metrics.reports.Add(1)
 	now := st.r.now()
 	cfg := st.r.config()
 	if isMaster, master := st.r.srv.Mastership(); !isMaster {
