@@ -92,8 +92,10 @@ type RLQS struct {
 	streams map[*rlqsStream]struct{}
 	seq     uint64
 
-	stop    context.CancelFunc
-	stopped chan struct{}
+	stop      context.CancelFunc
+	stopped   chan struct{}
+	closing   chan struct{} // closed by Close: streams end, new ones are refused
+	closeOnce sync.Once
 }
 
 // rlqsConfig is a resources configuration and its generation: a bucket
@@ -134,6 +136,7 @@ func NewRLQS(srv *Server, opts RLQSOptions) *RLQS {
 		opts:    opts,
 		streams: make(map[*rlqsStream]struct{}),
 		stopped: make(chan struct{}),
+		closing: make(chan struct{}),
 	}
 	r.cfg.Store(&rlqsConfig{cfg: srv.Config(), gen: 1})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -214,10 +217,17 @@ func (r *RLQS) Streams() int {
 	return len(r.streams)
 }
 
-// Close stops the expiry pass. Open streams are ended by the gRPC
-// server's Stop, each releasing its leases as it ends.
+// Close ends every open stream with Unavailable ("the server is
+// stopping": Envoy reconnects, through its cluster, to another server),
+// refuses new ones the same way, and stops the expiry pass. Call it before
+// the gRPC server's GracefulStop, which would otherwise wait for the
+// Envoys' long-lived streams. The streams' leases are not released: their
+// Envoys keep their assignments until the TTL. Close is idempotent.
 func (r *RLQS) Close() {
-	r.stop()
+	r.closeOnce.Do(func() {
+		close(r.closing)
+		r.stop()
+	})
 	<-r.stopped
 }
 

@@ -27,6 +27,7 @@ type rlqsHarness struct {
 	srv   *server.Server
 	table *lease.Table
 	rlqs  *server.RLQS
+	gs    *grpc.Server
 	conn  *grpc.ClientConn
 }
 
@@ -68,7 +69,7 @@ func startRLQSWith(t *testing.T, cfg *lease.Config, sopts server.Options, opts s
 		gs.Stop()
 		r.Close()
 	})
-	return &rlqsHarness{t: t, clock: m, srv: srv, table: srv.Table(), rlqs: r, conn: conn}
+	return &rlqsHarness{t: t, clock: m, srv: srv, table: srv.Table(), rlqs: r, gs: gs, conn: conn}
 }
 
 // envoy is a test RLQS client on go-control-plane's generated client,

@@ -42,7 +42,7 @@ type rlqsCollector struct {
 // IdleAfter; removed: its configuration entry is gone; over_bound: beyond
 // MaxBuckets; table_full: the table's MaxClients) and
 // floodgate_rlqs_stream_errors_total by code (invalid_argument,
-// unavailable: not the master, resource_exhausted: beyond MaxStreams,
+// unavailable: not the master, or stopping, resource_exhausted: beyond MaxStreams,
 // internal, other: the stream cut or reset). Per-resource figures
 // (capacity, granted, wanted, clients) are the Server's, whose table
 // RLQS's buckets are in.

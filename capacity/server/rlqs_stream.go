@@ -92,11 +92,14 @@ func (r *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsReports
 	return err
 }
 
+// errStopping ends the streams of a closed RLQS.
+var errStopping = status.Error(codes.Unavailable, "rlqs: the server is stopping")
+
 // errorIndex is the index in rlqsErrorCodes of the error a stream ended
 // with.
 func errorIndex(err error, notMaster bool) int {
 	switch {
-	case notMaster:
+	case notMaster || errors.Is(err, errStopping):
 		return 1
 	case status.Code(err) == codes.InvalidArgument:
 		return 0
@@ -137,6 +140,8 @@ func (st *rlqsStream) serve(stream grpc.BidiStreamingServer[rlqsReports, rlqsRes
 		case err = <-errc:
 		case <-ctx.Done():
 			err = status.FromContextError(ctx.Err()).Err()
+		case <-st.r.closing:
+			err = errStopping
 		}
 		if err == nil && resp != nil {
 			err = stream.Send(resp)
@@ -155,6 +160,12 @@ func (r *RLQS) open(stream grpc.ServerStream) (*rlqsStream, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	select {
+	case <-r.closing:
+		r.metrics.errors[1].Add(1)
+		return nil, errStopping
+	default:
+	}
 	if len(r.streams) >= r.opts.MaxStreams {
 		r.metrics.errors[2].Add(1)
 		return nil, status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open, the most this server takes", len(r.streams))

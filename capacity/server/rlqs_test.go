@@ -500,3 +500,35 @@ func TestRLQSTableFull(t *testing.T) {
 		t.Fatalf("outstanding %v, over the quota", out)
 	}
 }
+
+// Close ends the long-lived streams (Unavailable: Envoy reconnects
+// elsewhere) and refuses new ones, so that the gRPC server's GracefulStop
+// is not held by them; the leases stay counted (the Envoys keep their
+// assignments until the TTL).
+func TestRLQSCloseEndsStreams(t *testing.T) {
+	h := startRLQS(t, config(resource(apiResource, 100, lease.FairShare)), server.RLQSOptions{})
+	e := h.newEnvoy("envoy")
+	e.subscribe("api", 10)
+	h.rlqs.Close()
+	if err := e.streamErr(); statusCode(err) != codes.Unavailable || !strings.Contains(err.Error(), "stopping") {
+		t.Fatalf("an open stream at Close: %v, want Unavailable (stopping)", err)
+	}
+	late := h.newEnvoy("envoy")
+	late.send(&rlqspb.RateLimitQuotaUsageReports{Domain: "envoy", BucketQuotaUsages: usages("api")})
+	if err := late.streamErr(); statusCode(err) != codes.Unavailable {
+		t.Fatalf("a stream after Close: %v, want Unavailable", err)
+	}
+	if out := h.table.Outstanding(apiResource); out == 0 {
+		t.Fatal("Close released a lease its Envoy still enforces")
+	}
+	done := make(chan struct{})
+	go func() {
+		h.gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("GracefulStop still waiting 10s after Close")
+	}
+}
