@@ -106,8 +106,12 @@ func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAd
 	if err := metrics.Register(srv.Collector()); err != nil {
 		return nil, err
 	}
-	// RLQS, once i20-rlqs is merged (LEAD: uncomment this one line):
-	// cs.also(capserver.RegisterRLQS(gs, srv, capserver.RLQSOptions{}))
+	// Envoy's RLQS on the same table: it follows reloads and mastership.
+	rlqs := capserver.RegisterRLQS(gs, srv, capserver.RLQSOptions{})
+	cs.also(rlqs)
+	if err := metrics.Register(rlqs.Collector()); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cs.cancel = cancel
 	if c.parent != "" {
