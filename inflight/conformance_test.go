@@ -1,0 +1,162 @@
+package inflight_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/inflight"
+)
+
+// newFunc returns a fresh limiter of the given limit, with no key held.
+type newFunc func(t *testing.T, limit int) inflight.Limiter
+
+// conformance is the one truth both limiters are held to.
+func conformance(t *testing.T, newL newFunc) {
+	t.Run("CapAndRelease", func(t *testing.T) { testCapAndRelease(t, newL(t, 3)) })
+	t.Run("ReleaseIsIdempotent", func(t *testing.T) { testIdempotent(t, newL(t, 2)) })
+	t.Run("ConcurrentDoubleRelease", func(t *testing.T) { testConcurrentRelease(t, newL(t, 1)) })
+	t.Run("KeysIndependent", func(t *testing.T) { testKeysIndependent(t, newL(t, 1)) })
+	t.Run("CanceledContext", func(t *testing.T) { testCanceled(t, newL(t, 1)) })
+	t.Run("NeverOverLimit", func(t *testing.T) { testNeverOverLimit(t, newL(t, 4)) })
+}
+
+func mustAcquire(t *testing.T, l inflight.Limiter, key string) *inflight.Token {
+	t.Helper()
+	tok, ok, err := l.Acquire(context.Background(), key)
+	if err != nil || !ok {
+		t.Fatalf("Acquire(%q) = %v, %v; want a slot", key, ok, err)
+	}
+	return tok
+}
+
+func mustRefuse(t *testing.T, l inflight.Limiter, key string) {
+	t.Helper()
+	tok, ok, err := l.Acquire(context.Background(), key)
+	if err != nil || ok || tok != nil {
+		t.Fatalf("Acquire(%q) = %v, %v, %v; want a refusal", key, tok, ok, err)
+	}
+}
+
+func testCapAndRelease(t *testing.T, l inflight.Limiter) {
+	if l.Limit() != 3 {
+		t.Fatalf("Limit() = %d, want 3", l.Limit())
+	}
+	toks := []*inflight.Token{mustAcquire(t, l, "k"), mustAcquire(t, l, "k"), mustAcquire(t, l, "k")}
+	mustRefuse(t, l, "k")
+	mustRefuse(t, l, "k") // a refusal takes nothing
+	toks[1].Release()
+	if !toks[1].Released() || toks[0].Released() {
+		t.Fatal("Released() wrong")
+	}
+	toks[1] = mustAcquire(t, l, "k")
+	mustRefuse(t, l, "k")
+	for _, tok := range toks {
+		tok.Release()
+	}
+	for range 3 {
+		mustAcquire(t, l, "k").Release()
+	}
+}
+
+// A second Release must not give back a slot someone else now holds.
+func testIdempotent(t *testing.T, l inflight.Limiter) {
+	a := mustAcquire(t, l, "k")
+	b := mustAcquire(t, l, "k")
+	a.Release()
+	c := mustAcquire(t, l, "k")
+	a.Release() // again: nothing
+	a.Release()
+	mustRefuse(t, l, "k") // b and c still hold both slots
+	b.Release()
+	c.Release()
+	var nilTok *inflight.Token
+	nilTok.Release() // a nil token is a no-op, never a panic
+}
+
+func testConcurrentRelease(t *testing.T, l inflight.Limiter) {
+	for range 20 {
+		tok := mustAcquire(t, l, "k")
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(tok.Release)
+		}
+		wg.Wait()
+		held := mustAcquire(t, l, "k")
+		mustRefuse(t, l, "k") // 8 releases freed one slot, not eight
+		held.Release()
+	}
+}
+
+func testKeysIndependent(t *testing.T, l inflight.Limiter) {
+	a := mustAcquire(t, l, "a")
+	b := mustAcquire(t, l, "b")
+	mustRefuse(t, l, "a")
+	mustRefuse(t, l, "b")
+	a.Release()
+	mustRefuse(t, l, "b")
+	mustAcquire(t, l, "a").Release()
+	b.Release()
+}
+
+func testCanceled(t *testing.T, l inflight.Limiter) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tok, ok, err := l.Acquire(ctx, "k")
+	if err == nil || ok || tok != nil {
+		t.Fatalf("Acquire on a canceled context = %v, %v, %v; want an error", tok, ok, err)
+	}
+	mustAcquire(t, l, "k").Release() // it took nothing
+}
+
+// Many goroutines on few keys: the test's own counter of holders never
+// passes the limit, and reaches it (the test is not vacuous).
+func testNeverOverLimit(t *testing.T, l inflight.Limiter) {
+	const keys, workers, rounds = 3, 24, 150
+	limit := int64(l.Limit())
+	var in, peak [keys]atomic.Int64
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				k := (w + i) % keys
+				tok, ok, err := l.Acquire(context.Background(), fmt.Sprint("key", k))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !ok {
+					continue
+				}
+				n := in[k].Add(1)
+				if n > limit {
+					errs <- fmt.Errorf("key%d: %d in flight, limit %d", k, n, limit)
+				}
+				for p := peak[k].Load(); n > p && !peak[k].CompareAndSwap(p, n); p = peak[k].Load() {
+				}
+				admitted.Add(1)
+				time.Sleep(200 * time.Microsecond) // hold it a little, so holders overlap
+				in[k].Add(-1) // before Release: the counter never lags the truth
+				tok.Release()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var top int64
+	for k := range keys {
+		top = max(top, peak[k].Load())
+	}
+	if top != limit {
+		t.Fatalf("peak in flight %d; the test never reached the limit %d", top, limit)
+	}
+	t.Logf("%d admitted of %d", admitted.Load(), workers*rounds)
+}
