@@ -136,6 +136,9 @@ func testNeverOverLimit(t *testing.T, l inflight.Limiter) {
 				n := in[k].Add(1)
 				if n > limit {
 					errs <- fmt.Errorf("key%d: %d in flight, limit %d", k, n, limit)
+					in[k].Add(-1)
+					tok.Release()
+					return // one error per worker: errs never fills
 				}
 				for p := peak[k].Load(); n > p && !peak[k].CompareAndSwap(p, n); p = peak[k].Load() {
 				}
