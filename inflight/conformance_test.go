@@ -144,7 +144,7 @@ func testNeverOverLimit(t *testing.T, l inflight.Limiter) {
 				}
 				admitted.Add(1)
 				time.Sleep(200 * time.Microsecond) // hold it a little, so holders overlap
-				in[k].Add(-1) // before Release: the counter never lags the truth
+				in[k].Add(-1)                      // before Release: the counter never lags the truth
 				tok.Release()
 			}
 		})
