@@ -4,10 +4,11 @@
 // the Token it returns gives the slot back, once, however often Release
 // is called.
 //
-// Memory keeps the slots in this process. Redis keeps them in a Redis
-// sorted set per key, so the cap holds across a fleet: each slot has an
-// expiry that its holder's heartbeat pushes back, so the slots of a
-// process that died (kill -9, a lost host) come back after the expiry.
+// Memory keeps the slots in this process. Package inflightredis keeps them
+// in a Redis sorted set per key, so the cap holds across a fleet: each
+// slot has an expiry that its holder's heartbeat pushes back, so the slots
+// of a process that died (kill -9, a lost host) come back after the
+// expiry. Package inflighttest is the conformance suite both pass.
 package inflight
 
 import (
@@ -38,6 +39,10 @@ type Token struct {
 	done    atomic.Bool
 	release func()
 }
+
+// NewToken returns a token whose first Release calls release: for an
+// implementation of Limiter.
+func NewToken(release func()) *Token { return &Token{release: release} }
 
 // Release gives the slot back. It is idempotent and safe for concurrent
 // use.

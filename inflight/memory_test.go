@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/floodgate/floodgate/inflight"
+	"github.com/floodgate/floodgate/inflight/inflighttest"
 )
 
 func newMemory(t *testing.T, limit int) inflight.Limiter {
@@ -17,7 +18,7 @@ func newMemory(t *testing.T, limit int) inflight.Limiter {
 	return m
 }
 
-func TestMemoryConformance(t *testing.T) { conformance(t, newMemory) }
+func TestMemoryConformance(t *testing.T) { inflighttest.Run(t, newMemory) }
 
 // A flood of distinct keys: the table never holds more than MaxKeys, new
 // keys past it are refused (not admitted untracked), and it empties when
@@ -44,7 +45,7 @@ func TestMemoryBoundedKeys(t *testing.T) {
 		t.Fatalf("Keys() = %d, want 100", m.Keys())
 	}
 	// a key already in the table still gets its second slot
-	extra := mustAcquire(t, m, "k5")
+	extra := inflighttest.MustAcquire(t, m, "k5")
 	if m.InFlight("k5") != 2 {
 		t.Fatalf("InFlight(k5) = %d", m.InFlight("k5"))
 	}
@@ -56,7 +57,7 @@ func TestMemoryBoundedKeys(t *testing.T) {
 	if m.Keys() != 0 || m.InFlight("k5") != 0 {
 		t.Fatalf("after release: %d keys, k5 holds %d; want an empty table", m.Keys(), m.InFlight("k5"))
 	}
-	mustAcquire(t, m, "new").Release()
+	inflighttest.MustAcquire(t, m, "new").Release()
 }
 
 func TestMemoryOptionsErrors(t *testing.T) {

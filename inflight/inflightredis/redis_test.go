@@ -1,4 +1,4 @@
-package inflight_test
+package inflightredis_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/inflight"
+	"github.com/floodgate/floodgate/inflight/inflightredis"
+	"github.com/floodgate/floodgate/inflight/inflighttest"
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
@@ -25,12 +27,12 @@ func redisClient(t *testing.T, addr string) rueidis.Client {
 
 var prefixSeq atomic.Int64
 
-func newRedisOn(t *testing.T, c rueidis.Client, o inflight.RedisOptions) *inflight.Redis {
+func newRedisOn(t *testing.T, c rueidis.Client, o inflightredis.Options) *inflightredis.Redis {
 	t.Helper()
 	if o.Prefix == "" {
 		o.Prefix = fmt.Sprintf("t%d:", prefixSeq.Add(1))
 	}
-	r, err := inflight.NewRedis(c, o)
+	r, err := inflightredis.New(c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,22 +43,22 @@ func newRedisOn(t *testing.T, c rueidis.Client, o inflight.RedisOptions) *inflig
 func TestRedisConformance(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c := redisClient(t, srv.Addr)
-	conformance(t, func(t *testing.T, limit int) inflight.Limiter {
-		return newRedisOn(t, c, inflight.RedisOptions{Limit: limit})
+	inflighttest.Run(t, func(t *testing.T, limit int) inflight.Limiter {
+		return newRedisOn(t, c, inflightredis.Options{Limit: limit})
 	})
 }
 
 // Two limiters (two clients, as two processes would have) share the cap.
 func TestRedisCapShared(t *testing.T) {
 	srv := redistest.Standalone(t)
-	a := newRedisOn(t, redisClient(t, srv.Addr), inflight.RedisOptions{Limit: 2, Prefix: "shared:"})
-	b := newRedisOn(t, redisClient(t, srv.Addr), inflight.RedisOptions{Limit: 2, Prefix: "shared:"})
-	ta := mustAcquire(t, a, "k")
-	tb := mustAcquire(t, b, "k")
-	mustRefuse(t, a, "k")
-	mustRefuse(t, b, "k")
+	a := newRedisOn(t, redisClient(t, srv.Addr), inflightredis.Options{Limit: 2, Prefix: "shared:"})
+	b := newRedisOn(t, redisClient(t, srv.Addr), inflightredis.Options{Limit: 2, Prefix: "shared:"})
+	ta := inflighttest.MustAcquire(t, a, "k")
+	tb := inflighttest.MustAcquire(t, b, "k")
+	inflighttest.MustRefuse(t, a, "k")
+	inflighttest.MustRefuse(t, b, "k")
 	ta.Release()
-	mustAcquire(t, b, "k").Release()
+	inflighttest.MustAcquire(t, b, "k").Release()
 	tb.Release()
 }
 
@@ -66,13 +68,13 @@ func TestRedisExpiryAndHeartbeat(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c := redisClient(t, srv.Addr)
 	const ttl = 300 * time.Millisecond
-	live := newRedisOn(t, c, inflight.RedisOptions{Limit: 1, TTL: ttl, Prefix: "hb:"})
-	dead, err := inflight.NewRedis(c, inflight.RedisOptions{Limit: 1, TTL: ttl, Prefix: "hb:"})
+	live := newRedisOn(t, c, inflightredis.Options{Limit: 1, TTL: ttl, Prefix: "hb:"})
+	dead, err := inflightredis.New(c, inflightredis.Options{Limit: 1, TTL: ttl, Prefix: "hb:"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := mustAcquire(t, live, "kept")
-	mustAcquire(t, dead, "orphan") // never released
+	kept := inflighttest.MustAcquire(t, live, "kept")
+	inflighttest.MustAcquire(t, dead, "orphan") // never released
 	dead.Close()
 	start := time.Now()
 	// the orphan comes back after its TTL, not before
@@ -88,12 +90,12 @@ func TestRedisExpiryAndHeartbeat(t *testing.T) {
 	}
 	// four TTLs later the heartbeat still holds "kept"
 	time.Sleep(4 * ttl)
-	mustRefuse(t, live, "kept")
+	inflighttest.MustRefuse(t, live, "kept")
 	if live.Lost() != 0 || live.Held() != 1 {
 		t.Fatalf("Lost() = %d, Held() = %d; want 0, 1", live.Lost(), live.Held())
 	}
 	kept.Release()
-	mustAcquire(t, live, "kept").Release()
+	inflighttest.MustAcquire(t, live, "kept").Release()
 	if live.Held() != 0 {
 		t.Fatalf("Held() = %d after release", live.Held())
 	}
@@ -107,12 +109,12 @@ func TestRedisExpiryAndHeartbeat(t *testing.T) {
 func TestRedisErrors(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c := redisClient(t, srv.Addr)
-	for _, o := range []inflight.RedisOptions{{Limit: 0}, {Limit: 1, TTL: time.Millisecond}} {
-		if _, err := inflight.NewRedis(c, o); err == nil {
+	for _, o := range []inflightredis.Options{{Limit: 0}, {Limit: 1, TTL: time.Millisecond}} {
+		if _, err := inflightredis.New(c, o); err == nil {
 			t.Errorf("NewRedis(%+v) accepted", o)
 		}
 	}
-	r := newRedisOn(t, c, inflight.RedisOptions{Limit: 1})
+	r := newRedisOn(t, c, inflightredis.Options{Limit: 1})
 	srv.Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -1,4 +1,6 @@
-package inflight_test
+// Package inflighttest is the conformance suite of inflight.Limiter: the
+// one truth the memory and Redis implementations are both held to.
+package inflighttest
 
 import (
 	"context"
@@ -11,11 +13,13 @@ import (
 	"github.com/floodgate/floodgate/inflight"
 )
 
-// newFunc returns a fresh limiter of the given limit, with no key held.
-type newFunc func(t *testing.T, limit int) inflight.Limiter
+// NewFunc returns a fresh limiter of the given limit, with no key held.
+type NewFunc func(t *testing.T, limit int) inflight.Limiter
 
-// conformance is the one truth both limiters are held to.
-func conformance(t *testing.T, newL newFunc) {
+// Run runs the conformance suite on the limiters newL makes: the cap,
+// release (idempotent, concurrent), independent keys, a canceled context,
+// and many goroutines never holding more than the limit at once.
+func Run(t *testing.T, newL NewFunc) {
 	t.Run("CapAndRelease", func(t *testing.T) { testCapAndRelease(t, newL(t, 3)) })
 	t.Run("ReleaseIsIdempotent", func(t *testing.T) { testIdempotent(t, newL(t, 2)) })
 	t.Run("ConcurrentDoubleRelease", func(t *testing.T) { testConcurrentRelease(t, newL(t, 1)) })
@@ -24,7 +28,8 @@ func conformance(t *testing.T, newL newFunc) {
 	t.Run("NeverOverLimit", func(t *testing.T) { testNeverOverLimit(t, newL(t, 4)) })
 }
 
-func mustAcquire(t *testing.T, l inflight.Limiter, key string) *inflight.Token {
+// MustAcquire takes a slot of key or fails the test.
+func MustAcquire(t *testing.T, l inflight.Limiter, key string) *inflight.Token {
 	t.Helper()
 	tok, ok, err := l.Acquire(context.Background(), key)
 	if err != nil || !ok {
@@ -33,7 +38,8 @@ func mustAcquire(t *testing.T, l inflight.Limiter, key string) *inflight.Token {
 	return tok
 }
 
-func mustRefuse(t *testing.T, l inflight.Limiter, key string) {
+// MustRefuse fails the test unless key is refused.
+func MustRefuse(t *testing.T, l inflight.Limiter, key string) {
 	t.Helper()
 	tok, ok, err := l.Acquire(context.Background(), key)
 	if err != nil || ok || tok != nil {
@@ -45,32 +51,32 @@ func testCapAndRelease(t *testing.T, l inflight.Limiter) {
 	if l.Limit() != 3 {
 		t.Fatalf("Limit() = %d, want 3", l.Limit())
 	}
-	toks := []*inflight.Token{mustAcquire(t, l, "k"), mustAcquire(t, l, "k"), mustAcquire(t, l, "k")}
-	mustRefuse(t, l, "k")
-	mustRefuse(t, l, "k") // a refusal takes nothing
+	toks := []*inflight.Token{MustAcquire(t, l, "k"), MustAcquire(t, l, "k"), MustAcquire(t, l, "k")}
+	MustRefuse(t, l, "k")
+	MustRefuse(t, l, "k") // a refusal takes nothing
 	toks[1].Release()
 	if !toks[1].Released() || toks[0].Released() {
 		t.Fatal("Released() wrong")
 	}
-	toks[1] = mustAcquire(t, l, "k")
-	mustRefuse(t, l, "k")
+	toks[1] = MustAcquire(t, l, "k")
+	MustRefuse(t, l, "k")
 	for _, tok := range toks {
 		tok.Release()
 	}
 	for range 3 {
-		mustAcquire(t, l, "k").Release()
+		MustAcquire(t, l, "k").Release()
 	}
 }
 
 // A second Release must not give back a slot someone else now holds.
 func testIdempotent(t *testing.T, l inflight.Limiter) {
-	a := mustAcquire(t, l, "k")
-	b := mustAcquire(t, l, "k")
+	a := MustAcquire(t, l, "k")
+	b := MustAcquire(t, l, "k")
 	a.Release()
-	c := mustAcquire(t, l, "k")
+	c := MustAcquire(t, l, "k")
 	a.Release() // again: nothing
 	a.Release()
-	mustRefuse(t, l, "k") // b and c still hold both slots
+	MustRefuse(t, l, "k") // b and c still hold both slots
 	b.Release()
 	c.Release()
 	var nilTok *inflight.Token
@@ -79,26 +85,26 @@ func testIdempotent(t *testing.T, l inflight.Limiter) {
 
 func testConcurrentRelease(t *testing.T, l inflight.Limiter) {
 	for range 20 {
-		tok := mustAcquire(t, l, "k")
+		tok := MustAcquire(t, l, "k")
 		var wg sync.WaitGroup
 		for range 8 {
 			wg.Go(tok.Release)
 		}
 		wg.Wait()
-		held := mustAcquire(t, l, "k")
-		mustRefuse(t, l, "k") // 8 releases freed one slot, not eight
+		held := MustAcquire(t, l, "k")
+		MustRefuse(t, l, "k") // 8 releases freed one slot, not eight
 		held.Release()
 	}
 }
 
 func testKeysIndependent(t *testing.T, l inflight.Limiter) {
-	a := mustAcquire(t, l, "a")
-	b := mustAcquire(t, l, "b")
-	mustRefuse(t, l, "a")
-	mustRefuse(t, l, "b")
+	a := MustAcquire(t, l, "a")
+	b := MustAcquire(t, l, "b")
+	MustRefuse(t, l, "a")
+	MustRefuse(t, l, "b")
 	a.Release()
-	mustRefuse(t, l, "b")
-	mustAcquire(t, l, "a").Release()
+	MustRefuse(t, l, "b")
+	MustAcquire(t, l, "a").Release()
 	b.Release()
 }
 
@@ -109,7 +115,7 @@ func testCanceled(t *testing.T, l inflight.Limiter) {
 	if err == nil || ok || tok != nil {
 		t.Fatalf("Acquire on a canceled context = %v, %v, %v; want an error", tok, ok, err)
 	}
-	mustAcquire(t, l, "k").Release() // it took nothing
+	MustAcquire(t, l, "k").Release() // it took nothing
 }
 
 // Many goroutines on few keys: the test's own counter of holders never

@@ -1,4 +1,8 @@
-package inflight
+// Package inflightredis is the Redis implementation of inflight.Limiter:
+// the slots of a key are a Redis sorted set of holders scored by their
+// expiry on Redis's clock, so a cap holds across every process sharing the
+// Redis, and the slots of a process that died come back after the TTL.
+package inflightredis
 
 import (
 	"context"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/floodgate/floodgate/inflight"
 )
 
 // acquireScript takes a slot of KEYS[1] (a sorted set of holders scored by
@@ -57,8 +62,8 @@ end
 return n
 `
 
-// RedisOptions configure a Redis limiter.
-type RedisOptions struct {
+// Options configure a Redis limiter.
+type Options struct {
 	// Limit is the most slots a key may hold at once, fleet-wide (at
 	// least 1).
 	Limit int
@@ -81,7 +86,7 @@ type RedisOptions struct {
 // stops its heartbeat.
 type Redis struct {
 	c       rueidis.Client
-	o       RedisOptions
+	o       Options
 	ttlArg  string
 	limArg  string
 	acquire *rueidis.Lua
@@ -98,15 +103,15 @@ type Redis struct {
 
 // NewRedis returns a Redis limiter on c, which the caller keeps and
 // closes after Close, and starts its heartbeat.
-func NewRedis(c rueidis.Client, o RedisOptions) (*Redis, error) {
+func New(c rueidis.Client, o Options) (*Redis, error) {
 	if o.Limit < 1 {
-		return nil, fmt.Errorf("inflight: Limit %d: must be at least 1", o.Limit)
+		return nil, fmt.Errorf("inflightredis: Limit %d: must be at least 1", o.Limit)
 	}
 	if o.TTL == 0 {
 		o.TTL = 10 * time.Second
 	}
 	if o.TTL < 100*time.Millisecond {
-		return nil, fmt.Errorf("inflight: TTL %v: must be at least 100ms", o.TTL)
+		return nil, fmt.Errorf("inflightredis: TTL %v: must be at least 100ms", o.TTL)
 	}
 	if o.Prefix == "" {
 		o.Prefix = "floodgate:inflight:"
@@ -141,13 +146,13 @@ func (r *Redis) Held() int {
 
 // Acquire takes a slot of key on Redis, or refuses when key has Limit
 // unexpired holders. err is Redis's or ctx's error.
-func (r *Redis) Acquire(ctx context.Context, key string) (*Token, bool, error) {
+func (r *Redis) Acquire(ctx context.Context, key string) (*inflight.Token, bool, error) {
 	rkey := r.o.Prefix + key
 	member := r.id + ":" + strconv.FormatUint(r.seq.Add(1), 36)
 	n, err := r.acquire.Exec(ctx, r.c, []string{rkey}, []string{r.limArg, r.ttlArg, member}).AsInt64()
 	if err != nil {
 		// the script may have run: the slot, if taken, expires after the TTL
-		return nil, false, fmt.Errorf("inflight: acquire %q: %w", key, err)
+		return nil, false, fmt.Errorf("inflightredis: acquire %q: %w", key, err)
 	}
 	if n != 1 {
 		return nil, false, nil
@@ -155,7 +160,7 @@ func (r *Redis) Acquire(ctx context.Context, key string) (*Token, bool, error) {
 	r.mu.Lock()
 	r.held[member] = rkey // fresh for a whole TTL: the next heartbeat finds it in time
 	r.mu.Unlock()
-	return &Token{release: func() { r.release(rkey, member) }}, true, nil
+	return inflight.NewToken(func() { r.release(rkey, member) }), true, nil
 }
 
 func (r *Redis) forget(member string) {
@@ -171,7 +176,7 @@ func (r *Redis) release(rkey, member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.o.TTL)
 	defer cancel()
 	if err := r.c.Do(ctx, r.c.B().Zrem().Key(rkey).Member(member).Build()).Error(); err != nil && r.o.OnError != nil {
-		r.o.OnError(fmt.Errorf("inflight: release: %w", err))
+		r.o.OnError(fmt.Errorf("inflightredis: release: %w", err))
 	}
 }
 
@@ -212,7 +217,7 @@ func (r *Redis) renewAll(ctx context.Context) {
 		n, err := res.AsInt64()
 		if err != nil {
 			if r.o.OnError != nil {
-				r.o.OnError(fmt.Errorf("inflight: heartbeat: %w", err))
+				r.o.OnError(fmt.Errorf("inflightredis: heartbeat: %w", err))
 			}
 			continue
 		}

@@ -1,4 +1,4 @@
-package inflight_test
+package inflightredis_test
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/inflight"
+	"github.com/floodgate/floodgate/inflight/inflightredis"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/testproc"
 )
@@ -194,7 +194,7 @@ func TestInflightChild(t *testing.T) {
 	}
 	name, sock := os.Getenv("FLOODGATE_INFLIGHT_NAME"), os.Getenv("FLOODGATE_INFLIGHT_SOCK")
 	r := newRedisOn(t, redisClient(t, os.Getenv("FLOODGATE_INFLIGHT_REDIS")),
-		inflight.RedisOptions{Limit: procLimit, TTL: procTTL, Prefix: "procs:"})
+		inflightredis.Options{Limit: procLimit, TTL: procTTL, Prefix: "procs:"})
 	workers := 6
 	if mode == "hold" {
 		workers = procHeld
@@ -209,7 +209,7 @@ func TestInflightChild(t *testing.T) {
 
 // childWorker takes a slot, reports it, holds it (forever if hold), reports
 // its end and releases it, until the tally's socket closes.
-func childWorker(r *inflight.Redis, name, sock string, hold bool) {
+func childWorker(r *inflightredis.Redis, name, sock string, hold bool) {
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
 		return
