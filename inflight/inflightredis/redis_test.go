@@ -15,7 +15,7 @@ import (
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
-func redisClient(t *testing.T, addr string) rueidis.Client {
+func redisClient(t testing.TB, addr string) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
