@@ -37,7 +37,9 @@ var ErrTableFull = errors.New("inflight: too many keys hold slots (MaxKeys)")
 // do nothing, so a deferred Release beside an early one is safe.
 type Token struct {
 	done    atomic.Bool
-	release func()
+	release func() // an implementation's (NewToken), or nil
+	shard   *memShard
+	key     string // Memory's: the shard and key, so a token is one allocation
 }
 
 // NewToken returns a token whose first Release calls release: for an
@@ -48,6 +50,10 @@ func NewToken(release func()) *Token { return &Token{release: release} }
 // use.
 func (t *Token) Release() {
 	if t == nil || !t.done.CompareAndSwap(false, true) {
+		return
+	}
+	if t.shard != nil {
+		t.shard.release(t.key)
 		return
 	}
 	t.release()

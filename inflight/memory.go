@@ -25,7 +25,8 @@ type Memory struct {
 type memShard struct {
 	mu sync.Mutex
 	n  map[string]int
-	_  [40]byte // keep shards on separate cache lines
+	m  *Memory
+	_  [40]byte // keep shards on separate cache lines (64 bytes in all)
 }
 
 // MemoryOptions configure a Memory limiter.
@@ -50,7 +51,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	}
 	m := &Memory{limit: o.Limit, maxKeys: o.MaxKeys}
 	for i := range m.shards {
-		m.shards[i].n = make(map[string]int)
+		m.shards[i].n, m.shards[i].m = make(map[string]int), m
 	}
 	return m, nil
 }
@@ -95,7 +96,7 @@ func (m *Memory) Acquire(ctx context.Context, key string) (*Token, bool, error) 
 	}
 	s.n[key] = n + 1
 	s.mu.Unlock()
-	return &Token{release: func() { m.release(s, key) }}, true, nil
+	return &Token{shard: s, key: key}, true, nil
 }
 
 func (m *Memory) addKey() bool {
@@ -106,7 +107,7 @@ func (m *Memory) addKey() bool {
 	return true
 }
 
-func (m *Memory) release(s *memShard, key string) {
+func (s *memShard) release(key string) {
 	s.mu.Lock()
 	n := s.n[key] - 1
 	if n > 0 {
@@ -116,7 +117,7 @@ func (m *Memory) release(s *memShard, key string) {
 	}
 	delete(s.n, key)
 	s.mu.Unlock()
-	m.keys.Add(-1)
+	s.m.keys.Add(-1)
 }
 
 // IsTableFull reports whether err says the key table was full.

@@ -211,7 +211,7 @@ func (r *Redis) renewAll(ctx context.Context) {
 		execs = append(execs, rueidis.LuaExec{Keys: []string{k}, Args: append([]string{r.ttlArg}, ms...)})
 		want = append(want, len(ms))
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.o.TTL/3)
+	cctx, cancel := context.WithTimeout(ctx, r.o.TTL/2)
 	defer cancel()
 	for i, res := range r.renew.ExecMulti(cctx, r.c, execs...) {
 		n, err := res.AsInt64()
