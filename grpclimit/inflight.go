@@ -121,3 +121,21 @@ func (f *InFlight) Stream() grpc.StreamServerInterceptor {
 		return handler(srv, ss)
 	}
 }
+
+// GateKey returns an InFlightOptions.Key that keys a call as the gate's
+// limits would by parts: gate.IP() resolved through the gate's trusted
+// proxies, a metadata entry (gate.Header), the method, a user, and so on.
+func GateKey(g *gate.Gate, parts ...gate.Part) (func(ctx context.Context, fullMethod string) (string, bool), error) {
+	f, err := g.KeyFunc(parts...)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, method string) (string, bool) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		req := gate.Request{FullMethod: method, MD: md, Ctx: ctx}
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			req.Peer = p.Addr.String()
+		}
+		return f(&req)
+	}, nil
+}

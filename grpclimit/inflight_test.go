@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/grpclimit"
 	"github.com/floodgate/floodgate/inflight"
 )
@@ -120,5 +121,27 @@ func TestInFlightUnaryAndStream(t *testing.T) {
 func TestInFlightOptionsErrors(t *testing.T) {
 	if _, err := grpclimit.NewInFlight(grpclimit.InFlightOptions{}); err == nil {
 		t.Fatal("NewInFlight without a Limiter accepted")
+	}
+}
+
+func TestInFlightGateKey(t *testing.T) {
+	g, err := gate.New(gate.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	key, err := grpclimit.GateKey(g, gate.Header("x-tenant").Or(gate.MissingSkip), gate.Method())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant", "acme"))
+	if k, ok := key(ctx, "/pkg.S/M"); !ok || k != "acme|/pkg.S/M" {
+		t.Fatalf("key %q, %v; want acme|/pkg.S/M", k, ok)
+	}
+	if _, ok := key(context.Background(), "/pkg.S/M"); ok {
+		t.Fatal("a call without x-tenant got a key; MissingSkip leaves it uncapped")
+	}
+	if _, err := grpclimit.GateKey(g); err == nil {
+		t.Fatal("GateKey with no parts accepted")
 	}
 }

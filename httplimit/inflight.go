@@ -99,3 +99,18 @@ func writeInFlightRefusal(w http.ResponseWriter, r *http.Request, status int, re
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(text + "; retry in " + retry + " s\n"))
 }
+
+// GateKey returns an InFlightOptions.Key that keys a request as the
+// gate's limits would by parts: gate.IP() resolved through the gate's
+// trusted proxies (the client behind a load balancer, not the balancer),
+// a header, a user, and so on.
+func GateKey(g *gate.Gate, parts ...gate.Part) (func(*http.Request) (string, bool), error) {
+	f, err := g.KeyFunc(parts...)
+	if err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) (string, bool) {
+		req := gate.Request{HTTP: r, Peer: r.RemoteAddr}
+		return f(&req)
+	}, nil
+}

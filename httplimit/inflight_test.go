@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/inflight"
 )
@@ -167,4 +169,57 @@ func getIF(t *testing.T, url, accept string, h http.Header) (int, http.Header, s
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, string(b)
+}
+
+// GateKey keys by the gate's parts: behind a trusted load balancer (the
+// loopback peer here) gate.IP() is the client it names, not the balancer,
+// so two clients behind it have a cap each, and a client sending no
+// X-Tenant (MissingSkip) is not capped at all.
+func TestInFlightGateKey(t *testing.T) {
+	g, err := gate.New(gate.Config{ClientIP: gate.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if _, err := httplimit.GateKey(g); err == nil {
+		t.Fatal("GateKey with no parts accepted")
+	}
+	byIP, err := httplimit.GateKey(g, gate.IP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ := inflight.NewMemory(inflight.MemoryOptions{Limit: 1})
+	f := newCap(t, httplimit.InFlightOptions{Limiter: mem, Key: byIP})
+	hold := make(chan struct{})
+	var in atomic.Int64
+	srv := httptest.NewServer(f.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.Add(1)
+		<-hold
+	})))
+	defer srv.Close()
+	var wg sync.WaitGroup
+	for _, client := range []string{"203.0.113.1", "203.0.113.2"} {
+		wg.Go(func() { getIF(t, srv.URL, "", http.Header{"X-Forwarded-For": {client}}) })
+	}
+	for in.Load() < 2 { // one each: two keys
+		time.Sleep(time.Millisecond)
+	}
+	if code, _, _ := getIF(t, srv.URL, "", http.Header{"X-Forwarded-For": {"203.0.113.1"}}); code != http.StatusTooManyRequests {
+		t.Fatalf("203.0.113.1's second request: %d, want 429", code)
+	}
+	if mem.InFlight("203.0.113.1") != 1 || mem.InFlight("127.0.0.1") != 0 {
+		t.Fatalf("keys: 203.0.113.1 holds %d, the balancer %d", mem.InFlight("203.0.113.1"), mem.InFlight("127.0.0.1"))
+	}
+	close(hold)
+	wg.Wait()
+
+	byTenant, _ := httplimit.GateKey(g, gate.Header("X-Tenant").Or(gate.MissingSkip))
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	if _, ok := byTenant(r); ok {
+		t.Fatal("a request without X-Tenant got a key; MissingSkip should leave it uncapped")
+	}
+	r.Header.Set("X-Tenant", "a|b")
+	if k, ok := byTenant(r); !ok || k != "a%7Cb" {
+		t.Fatalf("key %q, %v; want the gate's escaped value a%%7Cb", k, ok)
+	}
 }
