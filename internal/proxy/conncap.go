@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // connCap bounds the connections one client address holds open at once,
@@ -23,13 +25,14 @@ type connCap struct {
 	mu      sync.Mutex
 	n       map[netip.Addr]int
 	refused atomic.Int64
+	metric  prometheus.Counter // floodgate_proxy_connections_refused_total, or nil
 }
 
-func newConnCap(max int, trusted []netip.Prefix) *connCap {
+func newConnCap(max int, trusted []netip.Prefix, metric prometheus.Counter) *connCap {
 	if max <= 0 {
 		return nil
 	}
-	return &connCap{max: max, trusted: trusted, n: make(map[netip.Addr]int)}
+	return &connCap{max: max, trusted: trusted, n: make(map[netip.Addr]int), metric: metric}
 }
 
 // take counts a connection from a; false when a holds max already.
@@ -43,6 +46,9 @@ func (cc *connCap) take(a netip.Addr) (ok, exempt bool) {
 	defer cc.mu.Unlock()
 	if cc.n[a] >= cc.max {
 		cc.refused.Add(1)
+		if cc.metric != nil {
+			cc.metric.Inc()
+		}
 		return false, false
 	}
 	cc.n[a]++

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/gate"
 )
@@ -111,8 +113,8 @@ func TestMaxConnsPerIP(t *testing.T) {
 	for range 200 {
 		expectRefused(t, dialFrom(t, "127.0.0.1", addr))
 	}
-	if got := p.RefusedConns(); got != 200 {
-		t.Fatalf("RefusedConns() = %d, want 200", got)
+	if got, metric := p.RefusedConns(), counterValue(p.pm.connsRefused); got != 200 || metric != 200 {
+		t.Fatalf("RefusedConns() = %d, floodgate_proxy_connections_refused_total %v; want 200", got, metric)
 	}
 	for _, c := range held[:2] { // the held ones serve, keep-alive
 		for range 3 {
@@ -181,7 +183,7 @@ func TestMaxConnsPerIPNegative(t *testing.T) {
 
 // An IPv6 host is counted by its /64: new addresses in it share the cap.
 func TestConnCapIPv6Prefix(t *testing.T) {
-	cc := newConnCap(2, nil)
+	cc := newConnCap(2, nil, nil)
 	a, b, c := netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2"), netip.MustParseAddr("2001:db8::3")
 	if ok, _ := cc.take(a); !ok {
 		t.Fatal("first refused")
@@ -199,4 +201,15 @@ func TestConnCapIPv6Prefix(t *testing.T) {
 	if ok, _ := cc.take(c); !ok {
 		t.Fatal("a freed place not given")
 	}
+}
+
+// counterValue reads a counter as a scrape would.
+func counterValue(c prometheus.Counter) float64 {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+		return -1
+	}
+	return mfs[0].GetMetric()[0].GetCounter().GetValue()
 }

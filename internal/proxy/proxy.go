@@ -146,7 +146,7 @@ func New(cfg Config) (*Proxy, error) {
 		upstream: pm.upstream,
 	}
 	p.timeouts.upstream, p.timeouts.body = cfg.UpstreamTimeout, cfg.BodyTimeout
-	p.conns = newConnCap(cfg.MaxConnsPerIP, cfg.TrustedProxies)
+	p.conns = newConnCap(cfg.MaxConnsPerIP, cfg.TrustedProxies, pm.connsRefused)
 	for i, r := range clientReasons {
 		p.clientErrs[i] = pm.clients.WithLabelValues(r) // listed at 0 from the start
 	}
