@@ -57,8 +57,10 @@ type Options struct {
 	MaxTargets int
 	// Clock is the time source; nil means the system clock.
 	Clock floodgate.Clock
-	// Rand returns a uniform number in [0, 1) for the drop decisions; nil
-	// means math/rand/v2.
+	// Rand returns a uniform number in [0, 1) for the drop decisions; it
+	// is called concurrently for distinct targets, so it must be safe for
+	// concurrent use (a *rand.Rand is not). nil means math/rand/v2's
+	// Float64.
 	Rand func() float64
 }
 

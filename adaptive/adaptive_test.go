@@ -3,6 +3,8 @@ package adaptive_test
 import (
 	"math"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,5 +108,37 @@ func TestTargetsBounded(t *testing.T) {
 	}
 	if n := adaptive.TargetsOf(th); n > 100 {
 		t.Fatalf("%d targets tracked, MaxTargets 100", n)
+	}
+}
+
+// Many goroutines on one target (-race): the budget's bound holds for
+// what was granted in total, and every count adds up.
+func TestConcurrentBudget(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	th, err := adaptive.New(adaptive.Options{Clock: clk, Window: time.Hour, RetryRatio: 0.1, MinRetries: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				th.Admit("a", false)
+				th.Done("a", i%3 == 0)
+				if th.AllowRetry("a") {
+					granted.Add(1)
+					th.Admit("a", true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	req, _, firsts, retries := th.Counts("a")
+	if firsts != 4000 || retries != granted.Load() || req != firsts+retries {
+		t.Fatalf("counts: %d requests, %d firsts, %d retries (granted %d)", req, firsts, retries, granted.Load())
+	}
+	if float64(retries) > 0.1*float64(firsts)+5 || retries < 300 {
+		t.Fatalf("%d retries granted for %d first attempts; want the budget's 405 at most, and near it", retries, firsts)
 	}
 }
