@@ -54,3 +54,46 @@ func UnaryClientInterceptor(t *Throttle, o GRPCOptions) grpc.UnaryClientIntercep
 		}
 	}
 }
+
+// StreamClientInterceptor throttles the opening of streams adaptively
+// per target with t: a stream dropped locally fails to open with
+// UNAVAILABLE. A stream counts as accepted unless its first message (or
+// its end, if it has none) is a refusal; streams are not retried.
+func StreamClientInterceptor(t *Throttle, o GRPCOptions) grpc.StreamClientInterceptor {
+	refused := o.Refused
+	if refused == nil {
+		refused = RefusedGRPC
+	}
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		target := cc.Target()
+		if o.Target != nil {
+			target = o.Target(cc, method)
+		}
+		if !t.Admit(target, false) {
+			return nil, status.Error(codes.Unavailable, ErrThrottled.Error())
+		}
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			t.Done(target, !refused(err))
+			return nil, err
+		}
+		return &judgedStream{ClientStream: cs, judge: func(err error) { t.Done(target, !refused(err)) }}, nil
+	}
+}
+
+// judgedStream reports the outcome of its first RecvMsg: the first sign
+// of whether the backend took the stream.
+type judgedStream struct {
+	grpc.ClientStream
+	judge  func(error)
+	judged bool
+}
+
+func (s *judgedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if !s.judged {
+		s.judged = true
+		s.judge(err)
+	}
+	return err
+}

@@ -85,3 +85,68 @@ func TestUnaryInterceptorBacksOffAndRecovers(t *testing.T) {
 		}
 	}
 }
+
+// Streams: a server refusing every stream makes the client drop most
+// stream openings locally; back up, they open again.
+func TestStreamInterceptorBacksOffAndRecovers(t *testing.T) {
+	var down atomic.Bool
+	var arrived atomic.Int64
+	refuser := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		arrived.Add(1)
+		if down.Load() {
+			return status.Error(codes.Unavailable, "overloaded")
+		}
+		return h(srv, ss)
+	}
+	srv := grpc.NewServer(grpc.StreamInterceptor(refuser))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Stop()
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	th := newThrottle(t, clk, adaptive.Options{Window: 10 * time.Second})
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStreamInterceptor(adaptive.StreamClientInterceptor(th, adaptive.GRPCOptions{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := healthpb.NewHealthClient(conn)
+	open := func(n int) (local, ok int) {
+		for range n {
+			ctx, cancel := context.WithCancel(context.Background())
+			st, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			cancel()
+			switch {
+			case err == nil:
+				ok++
+			case strings.Contains(status.Convert(err).Message(), "dropped locally"):
+				local++
+			}
+			clk.Advance(20 * time.Millisecond)
+		}
+		return
+	}
+	down.Store(true)
+	open(500)
+	before := arrived.Load()
+	local, _ := open(500)
+	if local < 450 || arrived.Load()-before > 50 {
+		t.Fatalf("server down: %d of 500 dropped locally, %d reached it", local, arrived.Load()-before)
+	}
+	down.Store(false)
+	for w := 0; ; w++ {
+		if _, ok := open(500); ok == 500 {
+			break
+		}
+		if w == 8 {
+			t.Fatal("still dropping 8 windows after the server recovered")
+		}
+	}
+}
