@@ -20,10 +20,11 @@ import (
 const (
 	procLimit = 5               // the cap on the one key
 	procHeld  = 2               // slots the victim holds when it is killed
-	procTTL   = 4 * time.Second // slot expiry; heartbeat every TTL/3
+	procTTL   = 6 * time.Second // slot expiry; heartbeat every TTL/3
 	// the victim's slots are surely still live this long after the kill:
-	// its last heartbeat was at most TTL/3 before (1.33s), so they expire
-	// at the kill + 2.67s at the earliest; 1.17s is left for a late one
+	// its last heartbeat was at most TTL/3 before (2s), so they expire at
+	// the kill + 4s at the earliest; 2.5s is left for a heartbeat a busy
+	// host made late
 	procDeadFor = 1500 * time.Millisecond
 )
 
