@@ -42,6 +42,7 @@ type proxyConfig struct {
 	// (0: none); bodyTimeout the wait for each read of a request's body
 	// (0: none).
 	upstreamTimeout, bodyTimeout time.Duration
+	connCap                      connCapConfig
 }
 
 func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
@@ -51,6 +52,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	c.register(fs, "memory-store snapshots, the example rules", "127.0.0.1:6071")
 	c.registerMaxMemory(fs)
 	c.journal.register(fs)
+	c.connCap.register(fs)
 	fs.StringVar(&c.upstream, "upstream", envString("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
 	fs.StringVar(&c.listen, "listen", envString("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
 	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose --client-ip-header is believed [FLOODGATE_TRUSTED_PROXIES]")
@@ -74,6 +76,9 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	}
 	if c.bodyTimeout < 0 {
 		return nil, fmt.Errorf("proxy: --client-body-timeout %v: want 0 (no limit) or more", c.bodyTimeout)
+	}
+	if err := c.connCap.check(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -127,7 +132,8 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	}
 	defer ovr.Close()
 	fp, err := proxy.New(proxy.Config{Upstream: pc.upstream, TrustedProxies: pc.clientIP.TrustedProxies, XRateLimit: c.xRateLimit,
-		UpstreamTimeout: c.upstreamTimeout, BodyTimeout: c.bodyTimeout, Logger: log, Metrics: pm})
+		UpstreamTimeout: c.upstreamTimeout, BodyTimeout: c.bodyTimeout, Logger: log, Metrics: pm,
+		MaxConnsPerIP: c.connCap.maxConnsPerIP})
 	if err != nil {
 		return err
 	}

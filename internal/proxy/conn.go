@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -17,7 +18,8 @@ import (
 // the HeaderReceived hook to tell a header from a body.
 type peerListener struct {
 	net.Listener
-	scan bool
+	scan  bool
+	conns *connCap // the cap of connections per client address, or nil
 }
 
 type peerConn struct {
@@ -46,6 +48,11 @@ type peerConn struct {
 	lineLen int
 	last    byte
 	bareLF  bool
+
+	// capped is the cap the connection is counted in (nil: none);
+	// uncapped, that Close has uncounted it.
+	capped   *connCap
+	uncapped atomic.Bool
 }
 
 // headerState is where a connection is in reading a request's header.
@@ -236,15 +243,35 @@ func (c *peerConn) SetDeadline(t time.Time) error {
 }
 
 func (l peerListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if pc := l.admit(c); pc != nil {
+			return pc, nil
+		}
 	}
+}
+
+// admit wraps an accepted connection, or refuses it (nil) when its
+// address holds its cap of connections.
+func (l peerListener) admit(c net.Conn) *peerConn {
 	pc := newPeerConn(c)
+	if l.conns != nil {
+		ok, exempt := l.conns.take(pc.ip)
+		if !ok {
+			refuseConn(c)
+			return nil
+		}
+		if !exempt {
+			pc.capped = l.conns
+		}
+	}
 	if l.scan {
 		pc.header = headerAwaited
 	}
-	return pc, nil
+	return pc
 }
 
 func newPeerConn(c net.Conn) *peerConn {

@@ -24,9 +24,11 @@ type Metrics struct {
 	upstreamTimeouts prometheus.Counter
 	// clients counts the requests their client failed, by reason
 	// (clientReasons).
-	clients   *prometheus.CounterVec
-	mu        sync.Mutex
-	limitKeys map[[2]string]prometheus.Counter
+	clients *prometheus.CounterVec
+	// connsRefused counts the connections refused for --max-conns-per-ip.
+	connsRefused prometheus.Counter
+	mu           sync.Mutex
+	limitKeys    map[[2]string]prometheus.Counter
 }
 
 // NewMetrics returns the proxy's metrics, registered nowhere yet
@@ -43,13 +45,15 @@ func NewMetrics() *Metrics {
 			Help: "Requests whose upstream sent no response header within --upstream-timeout (504); also in floodgate_proxy_upstream_errors_total."}),
 		clients: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_client_errors_total",
 			Help: "Requests their client failed, by reason: body_timeout (its body stalled past --client-body-timeout), body_aborted (it went away while sending its body), body_invalid (a malformed body), gone_while_delayed (it went away while a delay action held it)."}, []string{"reason"}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_connections_refused_total",
+			Help: "Connections answered 429 and closed at accept because their client address held --max-conns-per-ip connections already."}),
 		limitKeys: map[[2]string]prometheus.Counter{},
 	}
 }
 
 // Collectors returns the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.limits, m.upstream, m.upstreamTimeouts, m.clients}
+	return []prometheus.Collector{m.requests, m.limits, m.upstream, m.upstreamTimeouts, m.clients, m.connsRefused}
 }
 
 // limit returns the counter of a route's outcome.

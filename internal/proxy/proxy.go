@@ -49,6 +49,11 @@ type Config struct {
 	// Logger receives the proxy's messages; Metrics counts its requests.
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// MaxConnsPerIP caps the connections one client address may hold
+	// open at once, idle ones included (nginx's limit_conn, by
+	// connection); one past it is answered 429 and closed at once. The
+	// TrustedProxies' addresses are exempt. 0: no cap.
+	MaxConnsPerIP int
 }
 
 // Proxy is the proxy's data path: a fasthttp server whose handler limits
@@ -95,6 +100,8 @@ type Proxy struct {
 	// (headerCtxWorks); else in the handler, after fasthttp has read the
 	// first 8 KiB of a body.
 	early bool
+	// conns caps the connections per client address (nil: no cap).
+	conns *connCap
 }
 
 // Header and body sizes. Request headers must fit the server's read buffer,
@@ -118,6 +125,9 @@ func New(cfg Config) (*Proxy, error) {
 	if up == nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return nil, fmt.Errorf("proxy: upstream %v: want an http:// or https:// URL with a host", up)
 	}
+	if cfg.MaxConnsPerIP < 0 {
+		return nil, fmt.Errorf("proxy: MaxConnsPerIP %d: want 0 (no cap) or more", cfg.MaxConnsPerIP)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -136,6 +146,7 @@ func New(cfg Config) (*Proxy, error) {
 		upstream: pm.upstream,
 	}
 	p.timeouts.upstream, p.timeouts.body = cfg.UpstreamTimeout, cfg.BodyTimeout
+	p.conns = newConnCap(cfg.MaxConnsPerIP, cfg.TrustedProxies, pm.connsRefused)
 	for i, r := range clientReasons {
 		p.clientErrs[i] = pm.clients.WithLabelValues(r) // listed at 0 from the start
 	}
@@ -167,7 +178,7 @@ func (p *Proxy) Gate() *gate.Gate { return p.gate.Load() }
 
 // Serve serves the proxy on l until Shutdown.
 func (p *Proxy) Serve(l net.Listener) error {
-	return p.srv.Serve(peerListener{Listener: l, scan: p.early})
+	return p.srv.Serve(peerListener{Listener: l, scan: p.early, conns: p.conns})
 }
 
 // Shutdown stops the server as fasthttp's ShutdownWithContext does (its
