@@ -1,0 +1,229 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storekit"
+)
+
+// oldLibrary loads the library of the release before issue 19 (whose
+// values are cmsgpack's own encoding: testdata/library-issue18.lua, from
+// `go run ./cmd/luaab -print` at that release) under the name
+// floodgate_old, and returns a client to call it with.
+func oldLibrary(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	lib, err := os.ReadFile("testdata/library-issue18.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	code := strings.ReplaceAll(string(lib), "floodgate_v1", "floodgate_old")
+	if err := c.Do(context.Background(), c.B().FunctionLoad().Replace().FunctionCode(code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A fleet upgrades with its keys live, and instances of both releases
+// share the Redis (each loads its own library, and the last to load wins):
+// random traces whose decisions go, at random, through the old release's
+// library or this one's, on the same keys, give the Go engine's decisions
+// at every step. Each reads what the other wrote.
+func TestLayoutOldAndNewShareKeys(t *testing.T) {
+	srv := redistest.Standalone(t)
+	old := oldLibrary(t, srv.Addr)
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, Prefix: fmt.Sprint("mix", batch)})
+			if batch {
+				redisstore.SetBatchAlways(s)
+			}
+			mixedTraces(t, s, old, 40)
+		})
+	}
+}
+
+func mixedTraces(t *testing.T, s *redisstore.Store, old rueidis.Client, traces int) {
+	ctx := context.Background()
+	var viaOld, viaNew int
+	for trace := range traces {
+		r := rand.New(rand.NewPCG(uint64(trace)*104729+3, 19))
+		spare := false
+		p := randomPolicy(r, fmt.Sprintf("m%d", trace), &spare)
+		if trace%4 == 0 { // a state of more than 15 words: cmsgpack's encoding both ways
+			p = floodgate.MustPolicy(fmt.Sprintf("m%d", trace), floodgate.Rule{Name: "log", Algorithm: floodgate.SlidingLog, Limit: 40, Period: time.Minute})
+		}
+		st := map[string][]int64{}
+		now := time.Date(2026, time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), 0, 0, 0, time.UTC).UnixMicro()
+		for step := range 60 {
+			now += r.Int64N(5_000_000)
+			spare = r.IntN(2) == 0
+			op := mixedOp(r, p, spare)
+			key := op.Key
+			if st[key] == nil {
+				st[key] = make([]int64, storekit.Width(p))
+			}
+			want := storekit.Apply(p, st[key], now, op)
+			var got floodgate.Decision
+			if r.IntN(2) == 0 {
+				viaOld++
+				got = oldDecide(t, s, old, now, op)
+			} else {
+				viaNew++
+				var err error
+				if got, err = s.Do(ctx, now, op); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !sameDecision(got, want) {
+				t.Fatalf("trace %d step %d (%s %s cost %d, rules %+v): got %+v, want %+v", trace, step, key, op.Kind, op.Cost, p.Rules(), got, want)
+			}
+		}
+	}
+	if viaOld == 0 || viaNew == 0 {
+		t.Fatalf("decisions through the old library %d, the new %d", viaOld, viaNew)
+	}
+}
+
+// mixedOp draws one operation of a mixed trace under p.
+func mixedOp(r *rand.Rand, p *floodgate.Policy, spare bool) floodgate.Op {
+	kinds := []floodgate.OpKind{floodgate.OpAllow, floodgate.OpAllow, floodgate.OpAllow, floodgate.OpPeek, floodgate.OpCharge, floodgate.OpRefund}
+	op := floodgate.Op{Policy: p, Key: fmt.Sprintf("k%d", r.IntN(2)), Kind: kinds[r.IntN(len(kinds))], Cost: r.Int64N(3)}
+	for i, rule := range p.Rules() {
+		if rule.Mode == floodgate.Elastic && spare {
+			op.Spare |= 1 << i
+		}
+	}
+	return op
+}
+
+// sameDecision compares what the old library's reply carries.
+func sameDecision(got, want floodgate.Decision) bool {
+	return got.Allowed == want.Allowed && got.Remaining == want.Remaining && got.Limit == want.Limit &&
+		got.ResetAfter == want.ResetAfter && got.RetryAfter == want.RetryAfter && got.Rule == want.Rule
+}
+
+// oldDecide makes op's decision through the old library's apply, with the
+// arguments this store sends (they did not change), and reads its reply.
+func oldDecide(t *testing.T, s *redisstore.Store, old rueidis.Client, now int64, op floodgate.Op) floodgate.Decision {
+	t.Helper()
+	cmd, err := s.Command(context.Background(), now, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd[0] != "FCALL" {
+		t.Fatalf("command %q", cmd[0])
+	}
+	cmd[1] = strings.ReplaceAll(cmd[1], "floodgate_v1", "floodgate_old")
+	v, err := old.Do(context.Background(), old.B().Arbitrary(cmd...).Build()).AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return floodgate.Decision{Allowed: v[0] == 1, Limit: v[4], Remaining: v[5], ResetAfter: time.Duration(v[6]) * time.Microsecond,
+		RetryAfter: time.Duration(v[7]) * time.Microsecond, Rule: op.Policy.Rules()[v[3]].Name}
+}
+
+// pttl returns key's TTL in ms.
+func pttl(t *testing.T, addr, key string) int64 {
+	t.Helper()
+	out, err := redistest.Cmd(addr, "PTTL", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(out, 10, 64)
+	if err != nil {
+		t.Fatalf("PTTL %s: %q", key, out)
+	}
+	return n
+}
+
+// On Redis's clock a write keeps the key's TTL (SET KEEPTTL) only while
+// it lasts as long as the state needs: a token bucket's key, whose state
+// needs longer with every request, gets a longer TTL each time; a fixed
+// window's keeps the end of its window.
+func TestLayoutTTLFollowsState(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := openStore(t, srv, redisstore.Options{Timeout: 5 * time.Second})
+	ctx := context.Background()
+	bucket := floodgate.MustPolicy("bucket", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Hour})
+	var ttls []int64
+	for range 5 {
+		d, err := s.Do(ctx, 0, bucket.Op(floodgate.OpAllow, "b", 1, 0))
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+		ttls = append(ttls, pttl(t, srv.Addr, s.Key("bucket", "b")))
+	}
+	// each request adds 6 minutes to the bucket's drain: the k-th leaves
+	// a TTL above k*6 minutes less a minute of slack for a slow host
+	for k, ttl := range ttls {
+		if lo := int64(k+1)*360_000 - 60_000; ttl < lo {
+			t.Fatalf("bucket TTLs %v ms: request %d left %d, want at least %d", ttls, k+1, ttl, lo)
+		}
+	}
+	fixed := floodgate.MustPolicy("fixed", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Hour})
+	ttls = ttls[:0]
+	for range 3 {
+		if _, err := s.Do(ctx, 0, fixed.Op(floodgate.OpAllow, "f", 1, 0)); err != nil {
+			t.Fatal(err)
+		}
+		ttls = append(ttls, pttl(t, srv.Addr, s.Key("fixed", "f")))
+	}
+	// the window's end, whichever write set it: within the hour, and
+	// never growing
+	if ttls[0] <= 0 || ttls[0] > 3_600_001 || !slices.IsSortedFunc(ttls, func(a, b int64) int { return int(b - a) }) {
+		t.Fatalf("fixed window TTLs %v ms", ttls)
+	}
+}
+
+// The same on Redis's clock, where this release's values carry the key's
+// expiry after the rules (a second MessagePack object, which the old
+// release's cmsgpack.unpack returns and it ignores): requests through
+// either library, at random, admit exactly the limit, in order.
+func TestLayoutOldAndNewOnRedisClock(t *testing.T) {
+	srv := redistest.Standalone(t)
+	old := oldLibrary(t, srv.Addr)
+	s := openStore(t, srv, redisstore.Options{Timeout: 5 * time.Second})
+	r := rand.New(rand.NewPCG(7, 19))
+	for _, p := range []*floodgate.Policy{
+		floodgate.MustPolicy("fixed", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 7, Period: time.Hour}),
+		floodgate.MustPolicy("bucket", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 7, Period: time.Hour}),
+		floodgate.MustPolicy("log", floodgate.Rule{Algorithm: floodgate.SlidingLog, Limit: 20, Period: time.Hour}),
+		floodgate.MustPolicy("two", floodgate.Rule{Name: "hour", Algorithm: floodgate.FixedWindow, Limit: 9, Period: time.Hour},
+			floodgate.Rule{Name: "day", Algorithm: floodgate.SlidingWindow, Limit: 6, Period: 24 * time.Hour}),
+	} {
+		limit := p.Rules()[len(p.Rules())-1].Limit
+		for i := range 2*limit + 2 {
+			op := p.Op(floodgate.OpAllow, "k", 1, 0)
+			var d floodgate.Decision
+			if r.IntN(2) == 0 {
+				d = oldDecide(t, s, old, 0, op)
+			} else {
+				var err error
+				if d, err = s.Do(context.Background(), 0, op); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if want := i < limit; d.Allowed != want || d.Remaining != max(0, limit-i-1) {
+				t.Fatalf("%s: request %d: %+v, want allowed %v, remaining %d", p.Name(), i, d, want, max(0, limit-i-1))
+			}
+		}
+	}
+}
