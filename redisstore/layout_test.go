@@ -227,3 +227,86 @@ func TestLayoutOldAndNewOnRedisClock(t *testing.T) {
 		}
 	}
 }
+
+// shareOn calls ShareFunction on op's key as share.go does (the apply
+// call's arguments, the four numbers t0, back, want, 0), and returns its
+// reply: granted, now, rule, limit, remaining, reset.
+func shareOn(t *testing.T, s *redisstore.Store, c rueidis.Client, now int64, op floodgate.Op, t0, back, want int64) []int64 {
+	t.Helper()
+	cmd, err := s.Command(context.Background(), now, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd[1] = redisstore.ShareFunction
+	cmd[5], cmd[6], cmd[7], cmd[8] = fmt.Sprint(t0), fmt.Sprint(back), fmt.Sprint(want), "0"
+	v, err := c.Do(context.Background(), c.B().Arbitrary(cmd...).Build()).AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Local share and write-back read and write a key's value through the
+// same state helpers as a decision (85_state.lua), so across an upgrade
+// they read the values the release before wrote (cmsgpack's encoding), and
+// the old release reads what they write: a window's count is carried
+// exactly both ways, and no slice or hit is lost or counted twice.
+func TestLayoutTiersReadOldValues(t *testing.T) {
+	srv := redistest.Standalone(t)
+	old := oldLibrary(t, srv.Addr)
+	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second, Prefix: "tiers"})
+	ctx := context.Background()
+	const T = int64(1_800_000_000_000_000) + 5_000_000 // µs, 5 s into an hour
+	allow := func(p *floodgate.Policy, viaOld bool, n int) (d floodgate.Decision) {
+		for range n {
+			op := p.Op(floodgate.OpAllow, "k", 1, 0)
+			if viaOld {
+				d = oldDecide(t, s, old, T, op)
+			} else {
+				var err error
+				if d, err = s.Do(ctx, T, op); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return d
+	}
+	fixed := floodgate.MustPolicy("share", floodgate.Rule{Name: "hour", Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Hour},
+		floodgate.Rule{Name: "day", Algorithm: floodgate.FixedWindow, Limit: 12, Period: 24 * time.Hour})
+	allow(fixed, true, 4) // the old release counts 4
+	op := fixed.Op(floodgate.OpAllow, "k", 1, 0)
+	if v := shareOn(t, s, old, T, op, 0, 0, 3); v[0] != 3 || v[4] != 3 {
+		t.Fatalf("a slice of 3 over the old value of 4 of 10: %v, want 3 granted, 3 remaining", v)
+	}
+	allow(fixed, true, 1) // the old release reads the new value: 8
+	if v := shareOn(t, s, old, T, op, T, 2, 0); v[0] != 0 {
+		t.Fatalf("a give-back: %v", v)
+	}
+	// 6 counted: the new release admits 4, the old none after them
+	if d := allow(fixed, false, 4); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after the give-back of 2 of 8: %+v, want the 4th of 4 admitted", d)
+	}
+	if d := allow(fixed, true, 1); d.Allowed {
+		t.Fatalf("the old release over the new value at the limit: %+v", d)
+	}
+
+	for _, algo := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
+		wb := floodgate.MustPolicy("wb"+string(algo), floodgate.Rule{Name: "r", Algorithm: algo, Limit: 10, Period: time.Hour,
+			Tier: floodgate.TierWriteBack, Budget: 0.5})
+		allow(wb, true, 4)
+		ws := T - T%3_600_000_000
+		v, err := s.WriteBackCall(wb, "k", T, ws, 2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []int64{1, 4, 6, ws, 0, 7}; !slices.Equal(v[:6], want) {
+			t.Fatalf("%s: 2 hits and 1 exact over the old value of 4: %v, want %v", algo, v[:6], want)
+		}
+		if d := allow(wb, true, 3); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: the old release over the new value of 7 of 10: %+v, want 3 more admitted", algo, d)
+		}
+		if d := allow(wb, false, 1); d.Allowed {
+			t.Fatalf("%s: at the limit: %+v", algo, d)
+		}
+	}
+}

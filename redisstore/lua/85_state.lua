@@ -153,3 +153,61 @@ local function store(key, ps, st, n, rclock, ms, had, ttl)
   end
 end
 
+
+-- fresh returns rule p's state before any request.
+local function fresh(p)
+  if p.kind == K_LOG then return {} end
+  local s = {0, 0}
+  if p.kind == K_COUNTER then s[3] = 0 end
+  if p.kind == K_SUB then for k = 3, p.n + 2 do s[k] = 0 end end
+  return s
+end
+
+-- loadstates reads key's value into st[1..n], the states of rules
+-- ps[1..n] at now, by rule name: the stored state, converted (80_convert)
+-- when it was stored under other parameters, or fresh. It is the one
+-- reader of a key's states for every function (decide, share, write-back).
+-- It returns whether the key existed; whether its value was in this
+-- release's layout under exactly these rules (fast); the expiry it holds
+-- (0: none); and whether the key must be written back even if nothing
+-- else changes (a state converted, which happened now, or a stored rule
+-- this policy no longer has, dropped at once, as the memory store
+-- converts a key at a new version). When same is a table, same[i] tells
+-- whether rule i's state was stored under its own parameters.
+local function loadstates(key, ps, n, st, now, same)
+  local raw = redis.call('GET', key)
+  if not raw then
+    for i = 1, n do st[i] = fresh(ps[i]) end
+    if same then for i = 1, n do same[i] = false end end
+    return false, false, 0, false
+  end
+  local fast, had = unpackfast(raw, ps, n, st)
+  if fast then
+    if same then for i = 1, n do same[i] = true end end
+    return true, true, had, false
+  end
+  local v
+  v, had = unpackvalue(raw)
+  local write, matched = false, 0
+  for i = 1, n do
+    local p = ps[i]
+    local s, kept = nil, false
+    for j = 1, #v, 3 do
+      if v[j] == p.name then
+        matched = matched + 1
+        if v[j + 1] == p.sig then
+          s, kept = v[j + 2], true
+        else
+          local oldp = parse(p.name, v[j + 1])
+          s = fresh(p)
+          if oldp then s = convert(oldp, v[j + 2], p, s, now) end
+          write = true
+        end
+        break
+      end
+    end
+    st[i] = s or fresh(p)
+    if same then same[i] = kept end
+  end
+  return true, false, had, write or matched < #v / 3
+end

@@ -25,14 +25,6 @@
 local OP_ALLOW, OP_PEEK, OP_RESERVE, OP_CHARGE, OP_REFUND, OP_RESET = 0, 1, 2, 3, 4, 5
 local RULE_FIELDS = 5
 
-local function fresh(p)
-  if p.kind == K_LOG then return {} end
-  local s = {0, 0}
-  if p.kind == K_COUNTER then s[3] = 0 end
-  if p.kind == K_SUB then for k = 3, p.n + 2 do s[k] = 0 end end
-  return s
-end
-
 -- num reads an integer argument: small ones (counts, ops, costs, a
 -- client time of 0) from a table once seen, since tonumber (strtod) costs
 -- about a thousand instructions a call.
@@ -56,7 +48,7 @@ end
 
 -- Tables reused by every call (Lua runs one call at a time); entries
 -- past the policy's rule count are stale and never read.
-local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}}
+local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, same = {}}
 
 -- ttlstring returns a TTL in ms as SET's argument, a string: a Lua number
 -- would be formatted with %.17g (by a slower snprintf). Each is formatted
@@ -113,55 +105,20 @@ end
 -- calendar bounds set), at now, from Redis TIME when rclock, and returns
 -- its ten numbers.
 local function decide(key, ps, n, now, rclock, op, cost, maxdelay, spare)
-  -- Load each rule's state by name; convert state written under other
-  -- parameters. A stored rule this policy version no longer has is dropped
-  -- at once (by writing the key back), as the memory store converts a key
-  -- at a new version: a rule added back later starts fresh.
-  local v, nstored = nil, 0
+  -- Load each rule's state (85_state.lua: converted when stored under
+  -- other parameters, a dropped rule making the key be written back).
   local st, nows, ceils = scratch.st, scratch.nows, scratch.ceils
-  local fast, had = false, 0 -- the stored value in this release's layout; its expiry
-  local raw = redis.call('GET', key)
-  if raw then
-    fast, had = unpackfast(raw, ps, n, st)
-    if not fast then
-      v, had = unpackvalue(raw)
-      nstored = #v / 3
-    end
+  local exists, fast, had, write = loadstates(key, ps, n, st, now, nil)
+  if n == 1 and op == OP_ALLOW and (fast or not exists) then
+    return allow1(key, ps, st[1], had, now, rclock, cost, spare)
   end
-  if n == 1 and op == OP_ALLOW and (fast or not raw) then
-    return allow1(key, ps, fast and st[1] or fresh(ps[1]), had, now, rclock, cost, spare)
-  end
-  local write = false
-  local matched = 0
   for i = 1, n do
     local p = ps[i]
-    local s
-    if fast then
-      s = st[i]
-    elseif v then
-      for j = 1, #v, 3 do
-        if v[j] == p.name then
-          matched = matched + 1
-          if v[j + 1] == p.sig then
-            s = v[j + 2]
-          else
-            local oldp = parse(p.name, v[j + 1])
-            s = fresh(p)
-            if oldp then s = convert(oldp, v[j + 2], p, s, now) end
-            write = true -- kept even if nothing else changes: it happened now
-          end
-          break
-        end
-      end
-    end
-    if s == nil then s = fresh(p) end
-    st[i] = s
-    nows[i] = p.algo.advance(p, s, now)
+    nows[i] = p.algo.advance(p, st[i], now)
     if p.soft > 0 then ceils[i] = p.soft
     elseif p.elastic > 0 and floor(spare / 2 ^ (i - 1)) % 2 == 1 then ceils[i] = p.elastic
     else ceils[i] = p.burst end
   end
-  if matched < nstored then write = true end
 
   local allowed, toolarge, excess, rule, delayout = true, false, false, 0, 0
   local fit, delay = scratch.fit, scratch.delay
