@@ -310,3 +310,53 @@ func TestLayoutTiersReadOldValues(t *testing.T) {
 		}
 	}
 }
+
+// A fixed window's count on Redis's clock is written in place (SETRANGE
+// of the state's bytes, the window's TTL kept): the value holds exactly
+// what a whole write would (the window, the count admitted, the expiry
+// covering the window's end), its TTL never grows, and the release before
+// reads it.
+func TestLayoutInPlaceWrite(t *testing.T) {
+	srv := redistest.Standalone(t)
+	old := oldLibrary(t, srv.Addr)
+	s := openStore(t, srv, redisstore.Options{Timeout: 5 * time.Second, Prefix: "inplace"})
+	ctx := context.Background()
+	p := floodgate.MustPolicy("fixed", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	key := s.Key("fixed", "k")
+	var ttls []int64
+	for i := range 7 {
+		d, err := s.Do(ctx, 0, p.Op(floodgate.OpAllow, "k", 1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i < 5; d.Allowed != want || d.Remaining != int64(max(0, 4-i)) {
+			t.Fatalf("request %d: %+v, want allowed %v, remaining %d", i, d, want, max(0, 4-i))
+		}
+		ttls = append(ttls, pttl(t, srv.Addr, key))
+	}
+	if !slices.IsSortedFunc(ttls, func(a, b int64) int { return int(b - a) }) || ttls[0] <= 0 {
+		t.Fatalf("TTLs %v ms: want positive, never growing", ttls)
+	}
+	raw, err := old.Do(ctx, old.B().Get().Key(key).Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(raw)
+	if len(b) < 28 || b[len(b)-28] != 0x92 || b[len(b)-27] != 0xcf || b[len(b)-18] != 0xcf || b[len(b)-9] != 0xcf {
+		t.Fatalf("value % x: want a state of two fixed-width words and an expiry", b)
+	}
+	word := func(at int) int64 {
+		var v int64
+		for _, c := range b[at : at+8] {
+			v = v<<8 | int64(c)
+		}
+		return v
+	}
+	ws, count, ms := word(len(b)-26), word(len(b)-17), word(len(b)-8)
+	if count != 5 || ws%3_600_000_000 != 0 || ms*1000 < ws+3_600_000_000 {
+		t.Fatalf("value: window %d, count %d, expiry %d ms: want an hour's window, 5, the window's end or later", ws, count, ms)
+	}
+	if d := oldDecide(t, s, old, 0, p.Op(floodgate.OpAllow, "k", 1, 0)); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the release before over the value: %+v, want refused", d)
+	}
+}

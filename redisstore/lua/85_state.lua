@@ -96,17 +96,25 @@ end
 
 -- unpackfast reads into st[1..n] the states of a value written by
 -- packvalue under the same rules ps[1..n]. It returns whether it could,
--- and the expiry the value holds (0: none).
+-- the expiry the value holds (0: none), and, for one rule's state of two
+-- words followed by an expiry, the 0-based offset of its first word's
+-- bytes (a string, for SETRANGE: see store).
 local function unpackfast(raw, ps, n, st)
   if n == 1 and sbyte(raw, 1) == 0x93 then
     -- one rule of two words, and an expiry: one struct.unpack
-    local b = rulebytes(ps[1])
+    local p = ps[1]
+    local b = rulebytes(p)
     local pos = #b + 2
     if #raw == pos + 27 and sbyte(raw, pos) == 0x92 and ssub(raw, 2, pos - 1) == b then
       local _, t1, a, t2, c, t3, ms = sunpack('>BBi8Bi8Bi8', raw, pos)
       if (t1 == 0xcf or t1 == 0xd3) and (t2 == 0xcf or t2 == 0xd3) and t3 == 0xcf then
         st[1] = {a, c}
-        return true, ms
+        local at = p.at
+        if at == nil then
+          at = string.format('%d', pos)
+          p.at = at
+        end
+        return true, ms, at
       end
     end
   end
@@ -143,8 +151,22 @@ end
 -- until ms on Redis's clock when rclock (else on the caller's, which
 -- Redis's TTLs do not follow), ttl ms from now. A key whose stored
 -- expiry (had, on Redis's clock; 0: unknown) is at least ms keeps its TTL.
-local function store(key, ps, st, n, rclock, ms, had, ttl)
+--
+-- With at (unpackfast's offset: the key holds one rule's state of two
+-- words in this layout), a state of two non-negative integers that keeps
+-- the TTL is written in place: SETRANGE of its 18 bytes, the same bytes
+-- packvalue would write, for less than a SET (no value built, no flags
+-- parsed, an integer reply).
+local function store(key, ps, st, n, rclock, ms, had, ttl, at)
   if rclock and had >= ms then
+    local s = st[1]
+    if at and n == 1 and #s == 2 then
+      local a, b = s[1], s[2]
+      if a >= 0 and b >= 0 and a % 1 == 0 and b % 1 == 0 then
+        redis.call('SETRANGE', key, at, spack('>Bi8Bi8', 0xcf, a, 0xcf, b))
+        return
+      end
+    end
     redis.call('SET', key, packvalue(ps, st, n, had), 'KEEPTTL')
   elseif rclock then
     redis.call('SET', key, packvalue(ps, st, n, ms), 'PX', ttl)
@@ -172,7 +194,8 @@ end
 -- (0: none); and whether the key must be written back even if nothing
 -- else changes (a state converted, which happened now, or a stored rule
 -- this policy no longer has, dropped at once, as the memory store
--- converts a key at a new version). When same is a table, same[i] tells
+-- converts a key at a new version); and unpackfast's offset for an
+-- in-place write (store), or nil. When same is a table, same[i] tells
 -- whether rule i's state was stored under its own parameters.
 local function loadstates(key, ps, n, st, now, same)
   local raw = redis.call('GET', key)
@@ -181,10 +204,10 @@ local function loadstates(key, ps, n, st, now, same)
     if same then for i = 1, n do same[i] = false end end
     return false, false, 0, false
   end
-  local fast, had = unpackfast(raw, ps, n, st)
+  local fast, had, at = unpackfast(raw, ps, n, st)
   if fast then
     if same then for i = 1, n do same[i] = true end end
-    return true, true, had, false
+    return true, true, had, false, at
   end
   local v
   v, had = unpackvalue(raw)

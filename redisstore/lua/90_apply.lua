@@ -69,8 +69,35 @@ end
 -- on state s read in this release's layout (or fresh), with the same
 -- results in fewer steps (as internal/algo's single.go): one rule decides,
 -- and there is nothing to convert or drop.
-local function allow1(key, ps, s, had, now, rclock, cost, spare)
+local function allow1(key, ps, s, had, at, now, rclock, cost, spare)
   local p = ps[1]
+  if p.fx and cost <= p.burst then
+    -- a fixed window (fixed.advance, fits, commit, remaining, reset, retry
+    -- inlined): the Envoy request's rule
+    local ws = floor(now / p.period) * p.period
+    if ws >= s[1] then
+      if ws > s[1] then s[1], s[2] = ws, 0 end
+      local burst, e = p.burst, ws + p.period - now
+      local c = s[2] + cost
+      local allowed = c <= burst
+      if allowed or p.cr then
+        s[2] = c
+        if c == 0 then
+          redis.call('DEL', key)
+        else
+          local ttl = ceildiv(e, 1000) + 1
+          local st = scratch.st
+          st[1] = s
+          store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl), at)
+        end
+      end
+      c = s[2]
+      local reset, retry = e, e
+      if c == 0 then reset = 0 end
+      if allowed then retry = 0 end
+      return allowed and 1 or 0, 0, 0, 0, p.limit, max(0, burst - c), reset, retry, 0, now
+    end
+  end
   local a = p.algo
   local t = a.advance(p, s, now)
   local ceiling = p.burst
@@ -95,7 +122,7 @@ local function allow1(key, ps, s, had, now, rclock, cost, spare)
       local ttl = ceildiv(reset, 1000) + 1
       local st = scratch.st
       st[1] = s
-      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl))
+      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl), at)
     end
   end
   return allowed and 1 or 0, toolarge and 1 or 0, excess and 1 or 0, 0, p.limit, rem, reset, retry, 0, now
@@ -108,9 +135,9 @@ local function decide(key, ps, n, now, rclock, op, cost, maxdelay, spare)
   -- Load each rule's state (85_state.lua: converted when stored under
   -- other parameters, a dropped rule making the key be written back).
   local st, nows, ceils = scratch.st, scratch.nows, scratch.ceils
-  local exists, fast, had, write = loadstates(key, ps, n, st, now, nil)
+  local exists, fast, had, write, at = loadstates(key, ps, n, st, now, nil)
   if n == 1 and op == OP_ALLOW and (fast or not exists) then
-    return allow1(key, ps, st[1], had, now, rclock, cost, spare)
+    return allow1(key, ps, st[1], had, at, now, rclock, cost, spare)
   end
   for i = 1, n do
     local p = ps[i]
