@@ -9,10 +9,20 @@ wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null
 # bench_rules writes the benchmark's rules file into directory $1: three
 # descriptors (generic_key, user, route), each a limit no request reaches,
 # so every decision is made in full and admitted. A request names one
-# (bench_descriptors 1) or all three (bench_descriptors 3).
+# (bench_descriptors 1) or all three (bench_descriptors 3). With TIER set
+# (local_share, write_back, exact), each descriptor's rate_limit names it
+# (Floodgate's extension field: run such a file with PEER=0, since
+# envoyproxy/ratelimit does not know it).
 bench_rules() {
 	mkdir -p "$1"
-	cat > "$1/bench.yaml" <<'YAML'
+	bench_rules_file > "$1/bench.yaml"
+	if [[ -n ${TIER:-} ]]; then
+		sed -i "s/^\(      requests_per_unit: .*\)$/\1\n      tier: $TIER/" "$1/bench.yaml"
+	fi
+}
+
+bench_rules_file() {
+	cat <<'YAML'
 domain: bench
 descriptors:
   - key: generic_key

@@ -147,9 +147,25 @@ local function unpackvalue(raw)
   return v, ms
 end
 
+-- ttlstring returns a TTL in ms as SET's argument, a string: a Lua number
+-- would be formatted with %.17g (by a slower snprintf). Each is formatted
+-- once and kept (up to 1,024), since decisions close in time write the
+-- same TTLs.
+local ttls, nttls = {}, 0
+local function ttlstring(ms)
+  local t = ttls[ms]
+  if t == nil then
+    t = string.format('%d', ms)
+    if nttls >= 1024 then ttls, nttls = {}, 0 end
+    if ms == ms then ttls[ms], nttls = t, nttls + 1 end -- NaN: no key
+  end
+  return t
+end
+
 -- store writes key's value: states st[1..n] under rules ps[1..n], needed
 -- until ms on Redis's clock when rclock (else on the caller's, which
--- Redis's TTLs do not follow), ttl ms from now. A key whose stored
+-- Redis's TTLs do not follow), ttl ms from now (a number, formatted only
+-- for a write that sets the TTL). A key whose stored
 -- expiry (had, on Redis's clock; 0: unknown) is at least ms keeps its TTL.
 --
 -- With at (unpackfast's offset: the key holds one rule's state of two
@@ -169,9 +185,9 @@ local function store(key, ps, st, n, rclock, ms, had, ttl, at)
     end
     redis.call('SET', key, packvalue(ps, st, n, had), 'KEEPTTL')
   elseif rclock then
-    redis.call('SET', key, packvalue(ps, st, n, ms), 'PX', ttl)
+    redis.call('SET', key, packvalue(ps, st, n, ms), 'PX', ttlstring(ttl))
   else
-    redis.call('SET', key, packvalue(ps, st, n, 0), 'PX', ttl)
+    redis.call('SET', key, packvalue(ps, st, n, 0), 'PX', ttlstring(ttl))
   end
 end
 

@@ -50,20 +50,6 @@ end
 -- past the policy's rule count are stale and never read.
 local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, same = {}}
 
--- ttlstring returns a TTL in ms as SET's argument, a string: a Lua number
--- would be formatted with %.17g (by a slower snprintf). Each is formatted
--- once and kept (up to 1,024), since decisions close in time write the
--- same TTLs.
-local ttls, nttls = {}, 0
-local function ttlstring(ms)
-  local t = ttls[ms]
-  if t == nil then
-    t = string.format('%d', ms)
-    if nttls >= 1024 then ttls, nttls = {}, 0 end
-    if ms == ms then ttls[ms], nttls = t, nttls + 1 end -- NaN: no key
-  end
-  return t
-end
 
 -- allow1 is decide for the commonest decision, OP_ALLOW under one rule,
 -- on state s read in this release's layout (or fresh), with the same
@@ -88,7 +74,7 @@ local function allow1(key, ps, s, had, at, now, rclock, cost, spare)
           local ttl = ceildiv(e, 1000) + 1
           local st = scratch.st
           st[1] = s
-          store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl), at)
+          store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttl, at)
         end
       end
       c = s[2]
@@ -122,7 +108,7 @@ local function allow1(key, ps, s, had, at, now, rclock, cost, spare)
       local ttl = ceildiv(reset, 1000) + 1
       local st = scratch.st
       st[1] = s
-      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl), at)
+      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttl, at)
     end
   end
   return allowed and 1 or 0, toolarge and 1 or 0, excess and 1 or 0, 0, p.limit, rem, reset, retry, 0, now
@@ -247,7 +233,7 @@ local function decide(key, ps, n, now, rclock, op, cost, maxdelay, spare)
       redis.call('DEL', key)
     else
       local ttl = ceildiv(maxreset, 1000) + 1
-      store(key, ps, st, n, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl))
+      store(key, ps, st, n, rclock, floor(now / 1000) + ttl, had, ttl)
     end
   end
 

@@ -70,7 +70,7 @@ local function writeback(keys, argv)
     else
       local reset = max(p.algo.reset(p, s, t), s[1] + p.period - t)
       local ttl = ceildiv(reset, 1000) + 1
-      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttlstring(ttl))
+      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttl)
     end
   end
   local prev, cur = 0, s[2]
