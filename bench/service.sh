@@ -20,6 +20,8 @@
 #   DESCRIPTORS=3 ./service.sh    # requests of three descriptors (one by default)
 #   ONLY=redis ./service.sh       # the runs on Redis alone (Floodgate and the peer)
 #   MODES="--concurrency 64" ./service.sh   # the loads, comma-separated
+#   KEYS=10 ./service.sh          # keys per descriptor (1000 by default)
+#   TIER=local_share PEER=0 ./service.sh   # every descriptor in that tier (bench_rules)
 #   PIN=1 ./service.sh            # the load generator on CPU 0, every server
 #                                 # (and redis-server) on CPU 1 (taskset)
 #
@@ -97,7 +99,7 @@ out=$OUT.txt
 run() { # name addr pid args...
 	local name=$1 addr=$2 pid=$3; shift 3
 	echo "=== $name $*" | tee -a "$out"
-	"${load[@]}" "$fg" bench --addr "$addr" --domain bench $descs --keys 1000 --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
+	"${load[@]}" "$fg" bench --addr "$addr" --domain bench $descs --keys "${KEYS:-1000}" --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
 }
 IFS=, read -ra modes <<< "${MODES:---concurrency 64,--rate 5000}"
 for mode in "${modes[@]}"; do

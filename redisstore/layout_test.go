@@ -291,23 +291,7 @@ func TestLayoutTiersReadOldValues(t *testing.T) {
 	}
 
 	for _, algo := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
-		wb := floodgate.MustPolicy("wb"+string(algo), floodgate.Rule{Name: "r", Algorithm: algo, Limit: 10, Period: time.Hour,
-			Tier: floodgate.TierWriteBack, Budget: 0.5})
-		allow(wb, true, 4)
-		ws := T - T%3_600_000_000
-		v, err := s.WriteBackCall(wb, "k", T, ws, 2, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := []int64{1, 4, 6, ws, 0, 7}; !slices.Equal(v[:6], want) {
-			t.Fatalf("%s: 2 hits and 1 exact over the old value of 4: %v, want %v", algo, v[:6], want)
-		}
-		if d := allow(wb, true, 3); !d.Allowed || d.Remaining != 0 {
-			t.Fatalf("%s: the old release over the new value of 7 of 10: %+v, want 3 more admitted", algo, d)
-		}
-		if d := allow(wb, false, 1); d.Allowed {
-			t.Fatalf("%s: at the limit: %+v", algo, d)
-		}
+		wbOverOld(t, s, algo, T, allow)
 	}
 }
 
@@ -341,8 +325,22 @@ func TestLayoutInPlaceWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := []byte(raw)
-	if len(b) < 28 || b[len(b)-28] != 0x92 || b[len(b)-27] != 0xcf || b[len(b)-18] != 0xcf || b[len(b)-9] != 0xcf {
+	ws, count, ms := fixedValue(t, []byte(raw))
+	if count != 5 || ws%3_600_000_000 != 0 || ms*1000 < ws+3_600_000_000 {
+		t.Fatalf("value: window %d, count %d, expiry %d ms: want an hour's window, 5, the window's end or later", ws, count, ms)
+	}
+	if d := oldDecide(t, s, old, 0, p.Op(floodgate.OpAllow, "k", 1, 0)); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the release before over the value: %+v, want refused", d)
+	}
+}
+
+// fixedValue reads the end of a value in this release's layout holding one
+// rule's state of two words and an expiry: the window, the count, the
+// expiry in ms.
+func fixedValue(t *testing.T, b []byte) (ws, count, ms int64) {
+	t.Helper()
+	n := len(b)
+	if n < 28 || b[n-28] != 0x92 || b[n-27] != 0xcf || b[n-18] != 0xcf || b[n-9] != 0xcf {
 		t.Fatalf("value % x: want a state of two fixed-width words and an expiry", b)
 	}
 	word := func(at int) int64 {
@@ -352,11 +350,28 @@ func TestLayoutInPlaceWrite(t *testing.T) {
 		}
 		return v
 	}
-	ws, count, ms := word(len(b)-26), word(len(b)-17), word(len(b)-8)
-	if count != 5 || ws%3_600_000_000 != 0 || ms*1000 < ws+3_600_000_000 {
-		t.Fatalf("value: window %d, count %d, expiry %d ms: want an hour's window, 5, the window's end or later", ws, count, ms)
+	return word(n - 26), word(n - 17), word(n - 8)
+}
+
+// wbOverOld: write-back's function over a value the release before wrote
+// (4 admitted of 10), then the release before over its value.
+func wbOverOld(t *testing.T, s *redisstore.Store, algo floodgate.Algorithm, T int64, allow func(*floodgate.Policy, bool, int) floodgate.Decision) {
+	t.Helper()
+	wb := floodgate.MustPolicy("wb"+string(algo), floodgate.Rule{Name: "r", Algorithm: algo, Limit: 10, Period: time.Hour,
+		Tier: floodgate.TierWriteBack, Budget: 0.5})
+	allow(wb, true, 4)
+	ws := T - T%3_600_000_000
+	v, err := s.WriteBackCall(wb, "k", T, ws, 2, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d := oldDecide(t, s, old, 0, p.Op(floodgate.OpAllow, "k", 1, 0)); d.Allowed || d.Remaining != 0 {
-		t.Fatalf("the release before over the value: %+v, want refused", d)
+	if want := []int64{1, 4, 6, ws, 0, 7}; !slices.Equal(v[:6], want) {
+		t.Fatalf("%s: 2 hits and 1 exact over the old value of 4: %v, want %v", algo, v[:6], want)
+	}
+	if d := allow(wb, true, 3); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("%s: the old release over the new value of 7 of 10: %+v, want 3 more admitted", algo, d)
+	}
+	if d := allow(wb, false, 1); d.Allowed {
+		t.Fatalf("%s: at the limit: %+v", algo, d)
 	}
 }
