@@ -36,32 +36,20 @@ local function move(keys, argv)
   if not raw then return 0 end
   local now = tonumber(argv[1])
   if now == 0 then now = redisnow() end
-  local v = unpackvalue(raw)
   local had = redis.call('GET', keys[2])
   if had then had = unpackvalue(had) end
   local ps = {}
   local n, bad = readrules(argv, ps)
   if n == nil then return bad end
-  local out, maxreset, anyused = {}, 0, false -- out: the new states
+  -- the new states: each rule's of the old key (85_state.lua's reader)
+  local out, maxreset, anyused = {}, 0, false
+  loadstates(keys[1], ps, n, out, now, nil)
   for i = 1, n do
-    local p = ps[i]
-    local s = fresh(p)
-    for j = 1, #v, 3 do
-      if v[j] == p.name then
-        if v[j + 1] == p.sig then
-          s = v[j + 2]
-        else
-          local oldp = parse(p.name, v[j + 1])
-          if oldp then s = convert(oldp, v[j + 2], p, s, now) end
-        end
-        break
-      end
-    end
+    local p, s = ps[i], out[i]
     if had then ontop(p, s, had, now) end
     local t = p.algo.advance(p, s, now)
     if p.algo.used(p, s, t) > 0 then anyused = true end
     maxreset = max(maxreset, p.algo.reset(p, s, t))
-    out[i] = s
   end
   redis.call('DEL', keys[1])
   if anyused then
