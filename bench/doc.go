@@ -11,5 +11,7 @@
 // per request) and cmd/mwreport makes its table. envoydiff.sh runs
 // cmd/envoydiff, a differential check of `floodgate serve` against
 // envoyproxy/ratelimit on the same rules and requests (docs/SERVICE.md,
-// Differences from envoyproxy/ratelimit).
+// Differences from envoyproxy/ratelimit). cmd/luacost measures what a
+// request costs redis-server (CPU or, under callgrind, instructions)
+// through the Lua library and through envoyproxy/ratelimit's commands.
 package bench

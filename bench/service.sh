@@ -17,6 +17,11 @@
 #   OUT=results/mine ./service.sh               # results/mine.txt and .md
 #   PEER=0 ./service.sh                         # without envoyproxy/ratelimit
 #   ENVOY_RATELIMIT=/path/to/service_cmd ./service.sh   # the peer built elsewhere
+#   DESCRIPTORS=3 ./service.sh    # requests of three descriptors (one by default)
+#   ONLY=redis ./service.sh       # the runs on Redis alone (Floodgate and the peer)
+#   MODES="--concurrency 64" ./service.sh   # the loads, comma-separated
+#   KEYS=10 ./service.sh          # keys per descriptor (1000 by default)
+#   TIER=local_share PEER=0 ./service.sh   # every descriptor in that tier (bench_rules)
 #   PIN=1 ./service.sh            # the load generator on CPU 0, every server
 #                                 # (and redis-server) on CPU 1 (taskset)
 #
@@ -25,6 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 . ./lib.sh
 DURATION=${DURATION:-10s}
+descs=$(bench_descriptors "${DESCRIPTORS:-1}")
 srv=() load=()
 if [[ ${PIN:-0} != 0 ]]; then
 	srv=(taskset -c 1) load=(taskset -c 0)
@@ -93,12 +99,15 @@ out=$OUT.txt
 run() { # name addr pid args...
 	local name=$1 addr=$2 pid=$3; shift 3
 	echo "=== $name $*" | tee -a "$out"
-	"${load[@]}" "$fg" bench --addr "$addr" --domain bench --descriptor generic_key=k --keys 1000 --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
+	"${load[@]}" "$fg" bench --addr "$addr" --domain bench $descs --keys "${KEYS:-1000}" --warmup 2s --duration "$DURATION" --cpu-pid "$pid" --json "$@" 2>/dev/null | tee -a "$out"
 }
-for mode in "--concurrency 64" "--rate 5000"; do
-	run empty 127.0.0.1:$ep $empty_pid $mode
-	run empty-stock 127.0.0.1:$kp $stock_pid $mode
-	run memory 127.0.0.1:$mp $mem_pid $mode
+IFS=, read -ra modes <<< "${MODES:---concurrency 64,--rate 5000}"
+for mode in "${modes[@]}"; do
+	if [[ ${ONLY:-} != redis ]]; then
+		run empty 127.0.0.1:$ep $empty_pid $mode
+		run empty-stock 127.0.0.1:$kp $stock_pid $mode
+		run memory 127.0.0.1:$mp $mem_pid $mode
+	fi
 	run redis 127.0.0.1:$sp $red_pid $mode --store-pid $redis_pid
 	if [[ -n ${peer_pid:-} ]]; then
 		run envoy-ratelimit 127.0.0.1:$pp $peer_pid $mode --store-pid $redis_pid

@@ -37,6 +37,9 @@ local function parse(name, sig)
     b0 = 0, b1 = 0, b2 = 0,
   }
   p.algo = algos[p.kind]
+  -- a fixed window with a period and no soft or elastic ceiling: allow1's
+  -- shortest path
+  p.fx = p.kind == K_FIXED and p.cal == 0 and p.soft == 0 and p.elastic == 0
   if p.algo == nil or p.period == nil or p.limit == nil or p.maxceil == nil then return nil end
   if v[13] then
     p.unit, p.rate = tonumber(v[13]), tonumber(v[14])

@@ -2,7 +2,8 @@
 -- internal/algo.ApplyTo does.
 --
 -- A decision's key holds, MessagePack-encoded, the flat list name1,
--- signature1, state1, name2, ... of its policy's rules. Two entry points:
+-- signature1, state1, name2, ... of its policy's rules (85_state.lua). Two
+-- entry points:
 --
 -- apply    one decision. keys[1] its key; argv: now (0: Redis TIME), op,
 --          cost, max delay, spare mask, rule count, then per rule: name,
@@ -24,81 +25,113 @@
 local OP_ALLOW, OP_PEEK, OP_RESERVE, OP_CHARGE, OP_REFUND, OP_RESET = 0, 1, 2, 3, 4, 5
 local RULE_FIELDS = 5
 
-local function fresh(p)
-  if p.kind == K_LOG then return {} end
-  local s = {0, 0}
-  if p.kind == K_COUNTER then s[3] = 0 end
-  if p.kind == K_SUB then for k = 3, p.n + 2 do s[k] = 0 end end
-  return s
+-- num reads an integer argument: small ones (counts, ops, costs, a
+-- client time of 0) from a table once seen, since tonumber (strtod) costs
+-- about a thousand instructions a call.
+local smallints = {}
+local function num(s)
+  local v = smallints[s]
+  if v == nil then
+    v = tonumber(s)
+    if v and #s <= 3 then smallints[s] = v end -- a bounded set
+  end
+  return v
 end
 
+-- redisnow reads Redis TIME in µs, its seconds parsed once a second.
+local lastsec, lastsecus = nil, 0
 local function redisnow()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if t[1] ~= lastsec then lastsec, lastsecus = t[1], tonumber(t[1]) * 1000000 end
+  return lastsecus + tonumber(t[2])
 end
 
 -- Tables reused by every call (Lua runs one call at a time); entries
 -- past the policy's rule count are stale and never read.
-local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, out = {}}
+local scratch = {ps = {}, st = {}, nows = {}, ceils = {}, fit = {}, delay = {}, same = {}}
 
--- ttlstring returns a TTL in ms as SET's argument, a string: a Lua number
--- would be formatted with %.17g (by a slower snprintf). Each is formatted
--- once and kept (up to 1,024), since decisions close in time write the
--- same TTLs.
-local ttls, nttls = {}, 0
-local function ttlstring(ms)
-  local t = ttls[ms]
-  if t == nil then
-    t = string.format('%d', ms)
-    if nttls >= 1024 then ttls, nttls = {}, 0 end
-    if ms == ms then ttls[ms], nttls = t, nttls + 1 end -- NaN: no key
+
+-- allow1 is decide for the commonest decision, OP_ALLOW under one rule,
+-- on state s read in this release's layout (or fresh), with the same
+-- results in fewer steps (as internal/algo's single.go): one rule decides,
+-- and there is nothing to convert or drop.
+local function allow1(key, ps, s, had, at, now, rclock, cost, spare)
+  local p = ps[1]
+  if p.fx and cost <= p.burst then
+    -- a fixed window (fixed.advance, fits, commit, remaining, reset, retry
+    -- inlined): the Envoy request's rule
+    local ws = floor(now / p.period) * p.period
+    if ws >= s[1] then
+      if ws > s[1] then s[1], s[2] = ws, 0 end
+      local burst, e = p.burst, ws + p.period - now
+      local c = s[2] + cost
+      local allowed = c <= burst
+      if allowed or p.cr then
+        s[2] = c
+        if c == 0 then
+          redis.call('DEL', key)
+        else
+          local ttl = ceildiv(e, 1000) + 1
+          local st = scratch.st
+          st[1] = s
+          store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttl, at)
+        end
+      end
+      c = s[2]
+      local reset, retry = e, e
+      if c == 0 then reset = 0 end
+      if allowed then retry = 0 end
+      return allowed and 1 or 0, 0, 0, 0, p.limit, max(0, burst - c), reset, retry, 0, now
+    end
   end
-  return t
+  local a = p.algo
+  local t = a.advance(p, s, now)
+  local ceiling = p.burst
+  if p.soft > 0 then ceiling = p.soft
+  elseif p.elastic > 0 and spare % 2 == 1 then ceiling = p.elastic end
+  local toolarge = cost > ceiling
+  local allowed, write = false, false
+  if not toolarge then allowed = a.fits(p, s, t, cost, ceiling) end
+  if allowed or (p.cr and not toolarge) then
+    a.commit(p, s, t, cost)
+    write = true
+  end
+  local rem, reset = a.remaining(p, s, t), a.reset(p, s, t)
+  local retry = 0
+  if not allowed and not toolarge then retry = a.retry(p, s, t, cost, ceiling) end
+  local used = a.used(p, s, t)
+  local excess = allowed and (p.soft > 0 or p.elastic > 0) and used > p.burst
+  if write then
+    if used == 0 then
+      redis.call('DEL', key)
+    else
+      local ttl = ceildiv(reset, 1000) + 1
+      local st = scratch.st
+      st[1] = s
+      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttl, at)
+    end
+  end
+  return allowed and 1 or 0, toolarge and 1 or 0, excess and 1 or 0, 0, p.limit, rem, reset, retry, 0, now
 end
 
 -- decide makes one decision on key under the rules ps[1..n] (their
--- calendar bounds set), and returns its ten numbers.
-local function decide(key, ps, n, now, op, cost, maxdelay, spare)
-  -- Load each rule's state by name; convert state written under other
-  -- parameters. A stored rule this policy version no longer has is dropped
-  -- at once (by writing the key back), as the memory store converts a key
-  -- at a new version: a rule added back later starts fresh.
-  local v, nstored = nil, 0
-  local raw = redis.call('GET', key)
-  if raw then
-    v = cmsgpack.unpack(raw)
-    nstored = #v / 3
-  end
+-- calendar bounds set), at now, from Redis TIME when rclock, and returns
+-- its ten numbers.
+local function decide(key, ps, n, now, rclock, op, cost, maxdelay, spare)
+  -- Load each rule's state (85_state.lua: converted when stored under
+  -- other parameters, a dropped rule making the key be written back).
   local st, nows, ceils = scratch.st, scratch.nows, scratch.ceils
-  local write = false
-  local matched = 0
+  local exists, fast, had, write, at = loadstates(key, ps, n, st, now, nil)
+  if n == 1 and op == OP_ALLOW and (fast or not exists) then
+    return allow1(key, ps, st[1], had, at, now, rclock, cost, spare)
+  end
   for i = 1, n do
     local p = ps[i]
-    local s
-    if v then
-      for j = 1, #v, 3 do
-        if v[j] == p.name then
-          matched = matched + 1
-          if v[j + 1] == p.sig then
-            s = v[j + 2]
-          else
-            local oldp = parse(p.name, v[j + 1])
-            s = fresh(p)
-            if oldp then s = convert(oldp, v[j + 2], p, s, now) end
-            write = true -- kept even if nothing else changes: it happened now
-          end
-          break
-        end
-      end
-    end
-    if s == nil then s = fresh(p) end
-    st[i] = s
-    nows[i] = p.algo.advance(p, s, now)
+    nows[i] = p.algo.advance(p, st[i], now)
     if p.soft > 0 then ceils[i] = p.soft
     elseif p.elastic > 0 and floor(spare / 2 ^ (i - 1)) % 2 == 1 then ceils[i] = p.elastic
     else ceils[i] = p.burst end
   end
-  if matched < nstored then write = true end
 
   local allowed, toolarge, excess, rule, delayout = true, false, false, 0, 0
   local fit, delay = scratch.fit, scratch.delay
@@ -199,12 +232,8 @@ local function decide(key, ps, n, now, op, cost, maxdelay, spare)
     if not anyused then
       redis.call('DEL', key)
     else
-      local out = scratch.out
-      for i = 1, n do
-        out[3 * i - 2], out[3 * i - 1], out[3 * i] = ps[i].name, ps[i].sig, st[i]
-      end
-      for k = 3 * n + 1, #out do out[k] = nil end
-      redis.call('SET', key, cmsgpack.pack(out), 'PX', ttlstring(ceildiv(maxreset, 1000) + 1))
+      local ttl = ceildiv(maxreset, 1000) + 1
+      store(key, ps, st, n, rclock, floor(now / 1000) + ttl, had, ttl)
     end
   end
 
@@ -217,7 +246,7 @@ local function badsig(sig) return redis.error_reply('floodgate: bad rule signatu
 -- into ps: each rule's parameters, its calendar bounds set. It returns the
 -- rule count, or nil and an error reply for a signature it cannot read.
 local function readrules(argv, ps)
-  local n = tonumber(argv[6])
+  local n = num(argv[6])
   for i = 1, n do
     local b = 6 + (i - 1) * RULE_FIELDS
     local p = params(argv[b + 1], argv[b + 2])
@@ -231,12 +260,13 @@ local function readrules(argv, ps)
 end
 
 local function apply(keys, argv)
-  local now = tonumber(argv[1])
-  if now == 0 then now = redisnow() end
+  local now = num(argv[1])
+  local rclock = now == 0
+  if rclock then now = redisnow() end
   local ps = scratch.ps
   local n, bad = readrules(argv, ps)
   if n == nil then return bad end
-  return {decide(keys[1], ps, n, now, tonumber(argv[2]), tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5]))}
+  return {decide(keys[1], ps, n, now, rclock, num(argv[2]), num(argv[3]), num(argv[4]), num(argv[5]))}
 end
 
 -- batch makes the decisions of keys in order. grouped: argv's packed
@@ -248,12 +278,24 @@ end
 -- check. Redis runs the call alone, so nothing sees a group half done.
 local function batch(keys, argv, grouped)
   local pols, o = {}, 1
-  for i = 1, tonumber(argv[1]) do
-    local n, ps = tonumber(argv[o + 1]), {}
-    for r = 1, n do
-      local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
-      if p == nil then return badsig(argv[o + 2 * r + 1]) end
-      ps[r] = p
+  for i = 1, num(argv[1]) do
+    local n, ps = num(argv[o + 1]), nil
+    if n == 1 then -- the list of one rule, kept with it
+      local p = params(argv[o + 2], argv[o + 3])
+      if p == nil then return badsig(argv[o + 3]) end
+      ps = p.one
+      if ps == nil then
+        ps = {p, cal = p.cal ~= 0}
+        p.one = ps
+      end
+    else
+      ps = {cal = false}
+      for r = 1, n do
+        local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
+        if p == nil then return badsig(argv[o + 2 * r + 1]) end
+        ps[r] = p
+        ps.cal = ps.cal or p.cal ~= 0
+      end
     end
     pols[i] = ps
     o = o + 1 + 2 * n
@@ -282,16 +324,19 @@ local function batch(keys, argv, grouped)
       ls, lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx = s, pi, now, op, cost, maxdelay, spare, nx
     end
     local ps = pols[pi]
-    if now == 0 then
+    local rclock = now == 0
+    if rclock then
       tnow = tnow or redisnow()
       now = tnow
     end
     local n = #ps
-    for r = 1, n do
-      local p = ps[r]
-      if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
+    if ps.cal then
+      for r = 1, n do
+        local p = ps[r]
+        if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
+      end
     end
-    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, as or op, cost, maxdelay, spare)
+    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, rclock, as or op, cost, maxdelay, spare)
     if ok then
       -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
       -- integers (redisstore's decideMessage); cheaper to build, send
@@ -314,15 +359,16 @@ local function batch(keys, argv, grouped)
   end
   -- a group is decided where its first member stands, with every later
   -- member of its byte, wherever they are
-  local done = {}
+  local done = nil -- the members of groups decided
   for i = 1, nk do
-    local g = string.byte(argv[o + i], 3)
+    local g = sbyte(argv[o + i], 3)
     if g == 0 then
       run(i, nil)
-    elseif not done[i] then
+    elseif not (done and done[i]) then
+      done = done or {}
       local ms = {}
       for m = i, nk do
-        if string.byte(argv[o + m], 3) == g then
+        if sbyte(argv[o + m], 3) == g then
           ms[#ms + 1] = m
           done[m] = true
         end

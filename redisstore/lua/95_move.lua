@@ -36,36 +36,24 @@ local function move(keys, argv)
   if not raw then return 0 end
   local now = tonumber(argv[1])
   if now == 0 then now = redisnow() end
-  local v = cmsgpack.unpack(raw)
   local had = redis.call('GET', keys[2])
-  if had then had = cmsgpack.unpack(had) end
+  if had then had = unpackvalue(had) end
   local ps = {}
   local n, bad = readrules(argv, ps)
   if n == nil then return bad end
+  -- the new states: each rule's of the old key (85_state.lua's reader)
   local out, maxreset, anyused = {}, 0, false
+  loadstates(keys[1], ps, n, out, now, nil)
   for i = 1, n do
-    local p = ps[i]
-    local s = fresh(p)
-    for j = 1, #v, 3 do
-      if v[j] == p.name then
-        if v[j + 1] == p.sig then
-          s = v[j + 2]
-        else
-          local oldp = parse(p.name, v[j + 1])
-          if oldp then s = convert(oldp, v[j + 2], p, s, now) end
-        end
-        break
-      end
-    end
+    local p, s = ps[i], out[i]
     if had then ontop(p, s, had, now) end
     local t = p.algo.advance(p, s, now)
     if p.algo.used(p, s, t) > 0 then anyused = true end
     maxreset = max(maxreset, p.algo.reset(p, s, t))
-    out[3 * i - 2], out[3 * i - 1], out[3 * i] = p.name, p.sig, s
   end
   redis.call('DEL', keys[1])
   if anyused then
-    redis.call('SET', keys[2], cmsgpack.pack(out), 'PX', string.format('%d', ceildiv(maxreset, 1000) + 1))
+    redis.call('SET', keys[2], packvalue(ps, out, n, 0), 'PX', string.format('%d', ceildiv(maxreset, 1000) + 1))
   else
     redis.call('DEL', keys[2])
   end

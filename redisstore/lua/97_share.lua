@@ -14,30 +14,26 @@
 --
 -- Returns {granted, now, deciding rule (0-based), limit, remaining after,
 -- reset after}.
-local function giveback(key, ps, n, t0, back)
-  local raw = redis.call('GET', key)
-  if not raw then return end
-  local v = cmsgpack.unpack(raw)
-  local changed = false
+local function giveback(key, ps, n, now, t0, back)
+  local st, same = scratch.st, scratch.same
+  local exists, _, had, write = loadstates(key, ps, n, st, now, same)
+  if not exists then return end
   for i = 1, n do
-    local p = ps[i]
-    for j = 1, #v, 3 do
-      if v[j] == p.name then
-        local s = v[j + 2]
-        if v[j + 1] == p.sig and p.kind == K_FIXED and p.cal == 0 and s[1] == floordiv(t0, p.period) * p.period then
-          s[2] = max(0, s[2] - back)
-          changed = true
-        end
-        break
-      end
+    local p, s = ps[i], st[i]
+    -- a rule stored under other parameters was converted, and the slice
+    -- was not counted under these: nothing is given back to it
+    if same[i] and s[1] == floordiv(t0, p.period) * p.period then
+      s[2] = max(0, s[2] - back)
+      write = true
     end
   end
-  if changed then redis.call('SET', key, cmsgpack.pack(v), 'KEEPTTL') end
+  if write then redis.call('SET', key, packvalue(ps, st, n, had), 'KEEPTTL') end
 end
 
 local function share(keys, argv)
   local now = tonumber(argv[1])
-  if now == 0 then now = redisnow() end
+  local rclock = now == 0
+  if rclock then now = redisnow() end
   local ps = scratch.ps
   local n, bad = readrules(argv, ps)
   if n == nil then return bad end
@@ -47,12 +43,12 @@ local function share(keys, argv)
     end
   end
   local back, want = tonumber(argv[3]), tonumber(argv[4])
-  if back > 0 then giveback(keys[1], ps, n, tonumber(argv[2]), back) end
+  if back > 0 then giveback(keys[1], ps, n, now, tonumber(argv[2]), back) end
   if want <= 0 then return {0, now, 0, 0, 0, 0} end
-  local _, _, _, rule, limit, rem, reset = decide(keys[1], ps, n, now, OP_PEEK, 1, 0, 0)
+  local _, _, _, rule, limit, rem, reset = decide(keys[1], ps, n, now, rclock, OP_PEEK, 1, 0, 0)
   local g = min(want, rem)
   if g > 0 then
-    _, _, _, rule, limit, rem, reset = decide(keys[1], ps, n, now, OP_ALLOW, g, 0, 0)
+    _, _, _, rule, limit, rem, reset = decide(keys[1], ps, n, now, rclock, OP_ALLOW, g, 0, 0)
   end
   return {g, now, rule, limit, rem, reset}
 end

@@ -55,7 +55,8 @@ end
 
 local function writeback(keys, argv)
   local now = tonumber(argv[1])
-  if now == 0 then now = redisnow() end
+  local rclock = now == 0
+  if rclock then now = redisnow() end
   local p = params(argv[2], argv[3])
   if p == nil then return badsig(argv[3]) end
   if (p.kind ~= K_FIXED and p.kind ~= K_COUNTER) or p.cal ~= 0 then
@@ -64,24 +65,10 @@ local function writeback(keys, argv)
   local tag, hits, cost = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
   if keys[2] and hits > 0 then hits = wbonce(keys[2], hits, tonumber(argv[7])) end
   local key = keys[1]
-  local raw = redis.call('GET', key)
-  local s
-  if raw then
-    local v = cmsgpack.unpack(raw)
-    for j = 1, #v, 3 do
-      if v[j] == p.name then
-        if v[j + 1] == p.sig then
-          s = v[j + 2]
-        else
-          local oldp = parse(p.name, v[j + 1])
-          s = fresh(p)
-          if oldp then s = convert(oldp, v[j + 2], p, s, now) end
-        end
-        break
-      end
-    end
-  end
-  if s == nil then s = fresh(p) end
+  local ps, st = scratch.ps, scratch.st
+  ps[1] = p
+  local _, _, had = loadstates(key, ps, 1, st, now, nil)
+  local s = st[1]
   local before, after = -1, -1
   if tag > 0 then
     local i = wbwindow(p, s, tag, hits > 0)
@@ -103,7 +90,8 @@ local function writeback(keys, argv)
       redis.call('DEL', key)
     else
       local reset = max(p.algo.reset(p, s, t), s[1] + p.period - t)
-      redis.call('SET', key, cmsgpack.pack({p.name, p.sig, s}), 'PX', ttlstring(ceildiv(reset, 1000) + 1))
+      local ttl = ceildiv(reset, 1000) + 1
+      store(key, ps, st, 1, rclock, floor(now / 1000) + ttl, had, ttl)
     end
   end
   local prev, cur = 0, s[2]
