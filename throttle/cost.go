@@ -41,6 +41,10 @@ type costModel struct {
 type routeCost struct {
 	avg float64 // µs
 	n   uint64
+	// base is the route's latency without contention (µs; 0: unknown),
+	// and probeMin the least latency seen in the current probe: the
+	// adaptive limit's baseline (adaptive.go).
+	base, probeMin float64
 }
 
 func newCostModel(c CostConfig) *costModel {
@@ -74,8 +78,9 @@ func (m *costModel) predict(k RouteKey) int64 {
 	return m.initial
 }
 
-// observe records a completion of route k that cost us µs.
-func (m *costModel) observe(k RouteKey, us int64) {
+// observe records a completion of route k that cost us µs, and returns
+// the route's entry.
+func (m *costModel) observe(k RouteKey, us int64) *routeCost {
 	r := m.routes[k]
 	if r == nil {
 		if len(m.routes) >= m.max {
@@ -87,6 +92,7 @@ func (m *costModel) observe(k RouteKey, us int64) {
 	}
 	r.add(float64(us), m.weight)
 	m.all.add(float64(us), m.weight)
+	return r
 }
 
 func (r *routeCost) add(x, w float64) {

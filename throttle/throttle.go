@@ -344,13 +344,13 @@ func (tk *Ticket) finish(cost int64) {
 	}
 	t.inflight--
 	pred := t.model.predict(tk.key)
-	t.model.observe(tk.key, cost)
+	rc := t.model.observe(tk.key, cost)
 	t.stats.predicted.Add(pred)
 	t.stats.actual.Add(cost)
 	t.stats.absErr.Add(max(pred-cost, cost-pred))
 	t.stats.completions.Add(1)
 	if t.adaptive != nil {
-		t.limit = t.adaptive.sample(now, wall, pred, tk.startLoad)
+		t.limit = t.adaptive.sample(rc, now, tk.start, wall, tk.startLoad)
 	}
 	t.dispatch(now)
 	t.changed()
