@@ -26,10 +26,10 @@ type sim struct {
 	// per 100 ms of simulated time: refusals (queue full, evicted,
 	// expired), limits, whether a probe ran
 	refusals, limits []int
-	probed          []bool
-	stretchSum      float64
-	stretchN        int
-	busy            float64 // processor-µs used
+	probed           []bool
+	stretchSum       float64
+	stretchN         int
+	busy             float64 // processor-µs used
 }
 
 type simJob struct {
