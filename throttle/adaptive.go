@@ -25,9 +25,9 @@ import (
 // drifts up to the inflated latency, so the gradient reads "no
 // congestion" and the limit creeps up). A route's baseline falls to any
 // lower latency it shows, and can rise only in a probe: every
-// ProbeInterval (±25%, at random) the limit drops to a quarter for as
-// long as MinSamples requests started at that concurrency take to
-// complete, the baselines become the least latency of each route seen
+// ProbeInterval (±25%, at random) the limit drops to a quarter until
+// MinSamples requests started at that concurrency complete, or one has
+// and a Window has passed, the baselines become the least latency of each route seen
 // in the probe, and the limit returns to what it was. A probe lowers the
 // limit to a quarter, not to a floor, for a few milliseconds, and
 // arrivals wait in the cost-bounded queue meanwhile instead of being
@@ -115,9 +115,14 @@ func (v *vegas) sample(rc *routeCost, now, start, wall int64, load int) int {
 		v.n++
 		v.maxLoad = max(v.maxLoad, load)
 	}
-	if v.n >= v.c.MinSamples && now-v.windowStart >= v.c.Window.Microseconds() {
-		v.endWindow(now)
-	} else if v.probing && v.n >= v.c.MinSamples {
+	switch {
+	case v.probing:
+		// A probe ends at MinSamples samples, or after a Window with
+		// at least one: on a slow host it must not hold the limit low.
+		if v.n >= v.c.MinSamples || v.n > 0 && now-v.probeStart >= v.c.Window.Microseconds() {
+			v.endWindow(now)
+		}
+	case v.n >= v.c.MinSamples && now-v.windowStart >= v.c.Window.Microseconds():
 		v.endWindow(now)
 	}
 	return v.limit

@@ -39,3 +39,12 @@ func runThreadCPU(tk *Ticket, w http.ResponseWriter, r *http.Request, next http.
 	}()
 	next.ServeHTTP(w, r)
 }
+
+// processCPU returns the process's CPU time (user + system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -35,6 +35,11 @@ type Config struct {
 	// CPUs is the number of processors the wall-time cost estimate scales
 	// by (see Ticket.Done); GOMAXPROCS if 0.
 	CPUs int
+	// ProcessCPU returns the CPU time the process has used so far, for
+	// the utilization the wall-time cost estimate scales by (Ticket.Done):
+	// on Linux getrusage(RUSAGE_SELF) if nil; elsewhere, or if it returns
+	// a negative value, the process is taken to have all CPUs to itself.
+	ProcessCPU func() time.Duration
 	// Cost configures the cost model.
 	Cost CostConfig
 }
@@ -59,8 +64,10 @@ type Throttler struct {
 	maxCost int64 // µs
 	maxWait int64 // µs
 	cpus    float64
+	procCPU func() time.Duration
 
 	mu         sync.Mutex
+	util       utilization
 	limit      int
 	inflight   int
 	queue      [numLevels]tlist
@@ -98,6 +105,11 @@ func New(c Config) *Throttler {
 	if t.cpus <= 0 {
 		t.cpus = float64(runtime.GOMAXPROCS(0))
 	}
+	t.procCPU = c.ProcessCPU
+	if t.procCPU == nil {
+		t.procCPU = processCPU
+	}
+	t.util.share = 1 // until measured
 	if t.limit <= 0 {
 		t.limit = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -120,6 +132,7 @@ type Ticket struct {
 	deadline   int64 // µs since the epoch; 0: none
 	start      int64 // when it was admitted
 	startLoad  int   // in flight when it was admitted, itself included
+	cpu0       int64 // the process's CPU time when it was admitted (µs, estimated)
 	state      uint8
 	ready      chan struct{} // closed when a queued ticket leaves the queue
 	prev, next *Ticket
@@ -228,6 +241,7 @@ func (t *Throttler) admit(tk *Ticket, now int64) {
 	tk.state = admitted
 	tk.start = now
 	tk.startLoad = t.inflight
+	tk.cpu0 = t.cpuAt(now)
 	t.stats.admitted.Add(1)
 }
 
@@ -315,10 +329,14 @@ func (tk *Ticket) result() error {
 }
 
 // Done ends an admitted request whose cost was not measured: its cost is
-// estimated as its wall time scaled by the share of the processors it
-// had, wall × min(1, CPUs / in flight), the in-flight count averaged over
-// its start and end. That is right for CPU-bound handlers on a saturated
-// process and counts waiting (I/O) as cost when the process is not.
+// estimated as the CPU time the process used while it ran, shared among
+// the requests in flight (their count at its start and end averaged), at
+// most its wall time. The process's CPU time is read at most every 10 ms
+// (Config.ProcessCPU) and extrapolated in between. That is right for
+// CPU-bound handlers, whether the host gives the process all its
+// processors or a part of them, and stalls of the process cost nothing;
+// a handler waiting on I/O in a busy process is charged a share of what
+// the others burn.
 func (tk *Ticket) Done() { tk.finish(-1) }
 
 // DoneCost ends an admitted request that cost cpu (measured, for example
@@ -336,11 +354,7 @@ func (tk *Ticket) finish(cost int64) {
 	tk.state = finished
 	wall := max(0, now-tk.start)
 	if cost < 0 {
-		load := float64(tk.startLoad+t.inflight) / 2
-		cost = wall
-		if load > t.cpus {
-			cost = int64(float64(wall) * t.cpus / load)
-		}
+		cost = t.wallCost(tk, now, wall)
 	}
 	t.inflight--
 	pred := t.model.predict(tk.key)
@@ -354,6 +368,46 @@ func (tk *Ticket) finish(cost int64) {
 	}
 	t.dispatch(now)
 	t.changed()
+}
+
+// utilization follows the process's CPU time, read at most every 10 ms
+// of the throttler's clock and extrapolated in between at the last
+// interval's rate, so that reading it per request costs no system call.
+type utilization struct {
+	at, cpu int64   // when last read (µs), and the process CPU then (µs)
+	share   float64 // CPU time / (CPUs × elapsed) over the last interval, in (0, 1]
+	last    int64   // the last value returned: the estimate never goes back
+}
+
+// cpuAt returns the process's CPU time at now (µs), estimated (under t.mu).
+func (t *Throttler) cpuAt(now int64) int64 {
+	u := &t.util
+	if now-u.at >= 10_000 || u.at == 0 {
+		cpu := t.procCPU().Microseconds()
+		switch {
+		case cpu < 0:
+			u.share, u.cpu = 1, int64(t.cpus*float64(now))
+		case u.at != 0 && cpu >= u.cpu && now > u.at:
+			u.share = min(1, max(0.01, float64(cpu-u.cpu)/(t.cpus*float64(now-u.at))))
+			u.cpu = cpu
+		default:
+			u.cpu = cpu
+		}
+		u.at = now
+	}
+	est := u.cpu + int64(u.share*t.cpus*float64(max(0, now-u.at)))
+	u.last = max(u.last, est)
+	return u.last
+}
+
+// wallCost estimates the CPU cost of a request that ran from its start
+// to now: the process's CPU time over that span shared among the
+// requests in flight (the count at its start and end averaged), at most
+// its wall time (under t.mu).
+func (t *Throttler) wallCost(tk *Ticket, now, wall int64) int64 {
+	used := t.cpuAt(now) - tk.cpu0
+	load := max(1, float64(tk.startLoad+t.inflight)/2)
+	return min(wall, max(0, int64(float64(used)/load)))
 }
 
 // Stats is a snapshot of a throttler's state and counters.

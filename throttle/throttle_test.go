@@ -336,3 +336,39 @@ func TestRouteTableBounded(t *testing.T) {
 		t.Fatalf("%d routes tracked", n)
 	}
 }
+
+// Without a measured cost, a request is charged the process's CPU time
+// over its run shared among those in flight (the count at its start and
+// end averaged), at most its wall time: two requests running together
+// 10 ms while the process burns 10 ms of CPU are charged 10 ms over 1.5
+// (the first started alone); a request running 10 ms while the process burns
+// nothing (a stall, or waiting on I/O alone) costs nothing.
+func TestWallCostSharesProcessCPU(t *testing.T) {
+	m := clock.NewManual(epoch)
+	var cpu atomic.Int64 // µs
+	th := New(Config{Clock: m, Limit: 8, CPUs: 2, Cost: CostConfig{Weight: 1},
+		ProcessCPU: func() time.Duration { return time.Duration(cpu.Load()) * time.Microsecond }})
+	k := route("/r")
+	a, b := enter(t, th, k, Critical), enter(t, th, k, Critical)
+	m.Advance(10 * time.Millisecond)
+	cpu.Add(10_000)
+	a.Done() // load (1 at its start + 2 now)/2 = 1.5
+	if p := th.Predict(k); p != 6666*time.Microsecond {
+		t.Fatalf("charged %v, want 6.666ms", p)
+	}
+	b.Done()
+	c := enter(t, th, k, Critical)
+	m.Advance(20 * time.Millisecond)
+	c.Done()
+	if p := th.Predict(k); p > time.Microsecond { // the model's floor
+		t.Fatalf("a request during which the process used no CPU charged %v", p)
+	}
+	// Never more than the wall time, however much the process burned.
+	d := enter(t, th, k, Critical)
+	m.Advance(20 * time.Millisecond)
+	cpu.Add(500_000)
+	d.Done()
+	if p := th.Predict(k); p != 20*time.Millisecond {
+		t.Fatalf("charged %v for 20 ms of wall time", p)
+	}
+}
