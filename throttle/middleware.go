@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -70,7 +71,15 @@ func (t *Throttler) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	if d, ok := r.Context().Deadline(); ok {
 		deadline = d.UnixMicro()
 	}
-	tk, err := t.Enter(key, crit, deadline)
+	if !crit.Valid() {
+		crit = DefaultCriticality
+	}
+	tk := ticketPool.Get().(*Ticket)
+	// A pooled ticket goes back only when nothing refers to it: refused,
+	// out of the queue (admitted, evicted, expired, withdrawn) and done.
+	defer ticketPool.Put(tk)
+	*tk = Ticket{}
+	_, err := t.enter(tk, key, crit, deadline)
 	if err == nil {
 		err = tk.Wait(r.Context())
 	}
@@ -165,3 +174,5 @@ func zeroQ(params string) bool {
 	}
 	return false
 }
+
+var ticketPool = sync.Pool{New: func() any { return new(Ticket) }}

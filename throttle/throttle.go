@@ -156,11 +156,17 @@ func (t *Throttler) Enter(key RouteKey, crit Criticality, deadline int64) (*Tick
 	if !crit.Valid() {
 		crit = DefaultCriticality
 	}
+	return t.enter(&Ticket{}, key, crit, deadline)
+}
+
+// enter is Enter into a zeroed ticket the caller provides (the
+// middleware's come from a pool).
+func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline int64) (*Ticket, error) {
 	now := t.clock.NowMicro()
 	if t.maxWait > 0 && (deadline == 0 || now+t.maxWait < deadline) {
 		deadline = now + t.maxWait
 	}
-	tk := &Ticket{th: t, key: key, crit: crit, deadline: deadline}
+	tk.th, tk.key, tk.crit, tk.deadline = t, key, crit, deadline
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.queued == 0 && t.inflight < t.limit {
