@@ -3,7 +3,8 @@
 // still under its quota.
 //
 // A Throttler admits requests up to a concurrency limit (fixed, or learned
-// from latency by a Vegas-style controller, see Adaptive) and queues the
+// from latency by a Vegas-style controller, see AdaptiveConfig) or at a
+// fixed outflow rate (Config.Rate, a leaky bucket as a shaper) and queues the
 // rest in a queue bounded by the total predicted cost of what it holds, in
 // CPU-milliseconds, not by its count. The cost of a request is predicted
 // per route from the measured cost of the route's recent completions

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,13 @@ type Config struct {
 	// after it is dropped before it runs (as is one past the deadline it
 	// came with). 0 means only the request's own deadline bounds it.
 	MaxWait time.Duration
+	// Rate, if above 0, makes the throttler a shaper with a fixed
+	// outflow (the leaky bucket of the seed articles): requests start at
+	// most Rate a second, evenly spaced, whatever their number in flight
+	// (Limit still caps it if set; Adaptive is ignored). Queued requests
+	// are started by a goroutine sleeping on Clock, which runs only while
+	// the queue holds something.
+	Rate float64
 	// CPUs is the number of processors the wall-time cost estimate scales
 	// by (see Ticket.Done); GOMAXPROCS if 0.
 	CPUs int
@@ -69,6 +77,9 @@ type Throttler struct {
 	mu         sync.Mutex
 	util       utilization
 	limit      int
+	interval   int64 // µs between two starts with a Rate; 0: no rate
+	next       int64 // the earliest start of the next request with a Rate
+	pacing     bool  // the pacer goroutine runs
 	inflight   int
 	queue      [numLevels]tlist
 	queued     int
@@ -114,6 +125,13 @@ func New(c Config) *Throttler {
 		t.limit = 2 * runtime.GOMAXPROCS(0)
 	}
 	t.model = newCostModel(c.Cost)
+	if c.Rate > 0 {
+		t.interval = max(1, int64(1e6/c.Rate))
+		if c.Limit <= 0 {
+			t.limit = math.MaxInt32
+		}
+		c.Adaptive = nil
+	}
 	if c.Adaptive != nil {
 		t.adaptive = newVegas(*c.Adaptive, t.limit)
 		t.limit = t.adaptive.limit
@@ -169,7 +187,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	tk.th, tk.key, tk.crit, tk.deadline = t, key, crit, deadline
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.queued == 0 && t.inflight < t.limit {
+	if t.queued == 0 && t.canStart(now) {
 		t.admit(tk, now)
 		t.changed()
 		return tk, nil
@@ -181,6 +199,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	}
 	tk.ready = make(chan struct{})
 	t.queue[crit].pushBack(tk)
+	t.ensurePacer()
 	t.queued++
 	t.queuedCost += tk.predicted
 	t.changed()
@@ -242,7 +261,45 @@ func (t *Throttler) remove(tk *Ticket, state uint8) {
 	close(tk.ready)
 }
 
+// canStart reports whether a request may start at now: a free slot and,
+// with a Rate, its turn.
+func (t *Throttler) canStart(now int64) bool {
+	return t.inflight < t.limit && (t.interval == 0 || now >= t.next)
+}
+
+// ensurePacer starts the pacer if a Rate is set, something is queued, a
+// slot is free and it does not run (under t.mu).
+func (t *Throttler) ensurePacer() {
+	if t.interval > 0 && !t.pacing && t.queued > 0 && t.inflight < t.limit {
+		t.pacing = true
+		go t.pace()
+	}
+}
+
+// pace starts queued requests at the Rate, sleeping on the clock until
+// each one's turn. It ends when the queue is empty or the limit is full
+// (a completion starts it again).
+func (t *Throttler) pace() {
+	for {
+		t.mu.Lock()
+		now := t.clock.NowMicro()
+		t.dispatch(now)
+		t.changed()
+		if t.queued == 0 || t.inflight >= t.limit {
+			t.pacing = false
+			t.mu.Unlock()
+			return
+		}
+		wait := max(t.next-now, 1)
+		t.mu.Unlock()
+		t.clock.Sleep(context.Background(), time.Duration(wait)*time.Microsecond) //nolint:errcheck // never canceled
+	}
+}
+
 func (t *Throttler) admit(tk *Ticket, now int64) {
+	if t.interval > 0 {
+		t.next = max(t.next, now) + t.interval
+	}
 	t.inflight++
 	tk.state = admitted
 	tk.start = now
@@ -255,7 +312,7 @@ func (t *Throttler) admit(tk *Ticket, now int64) {
 // within a level, while the limit allows; expired ones are dropped, not
 // run.
 func (t *Throttler) dispatch(now int64) {
-	for t.inflight < t.limit && t.queued > 0 {
+	for t.queued > 0 && t.canStart(now) {
 		l := numLevels - 1
 		for t.queue[l].head == nil {
 			l--
@@ -373,6 +430,7 @@ func (tk *Ticket) finish(cost int64) {
 		t.limit = t.adaptive.sample(rc, now, tk.start, wall, tk.startLoad)
 	}
 	t.dispatch(now)
+	t.ensurePacer()
 	t.changed()
 }
 

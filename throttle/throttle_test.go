@@ -244,7 +244,13 @@ func TestConcurrentBounds(t *testing.T) {
 		}
 	}
 	defer func() { invariant = nil }()
-	th := New(Config{Limit: limit, MaxQueueCost: maxCost * time.Microsecond, MaxWait: 2 * time.Millisecond})
+	for _, rate := range []float64{0, 20_000} {
+		th := New(Config{Limit: limit, Rate: rate, MaxQueueCost: maxCost * time.Microsecond, MaxWait: 2 * time.Millisecond})
+		concurrentLoad(t, th, &violations)
+	}
+}
+
+func concurrentLoad(t *testing.T, th *Throttler, violations *atomic.Int64) {
 	var wg sync.WaitGroup
 	var ran, shed atomic.Int64
 	for g := range 16 {
@@ -370,5 +376,77 @@ func TestWallCostSharesProcessCPU(t *testing.T) {
 	d.Done()
 	if p := th.Predict(k); p != 20*time.Millisecond {
 		t.Fatalf("charged %v for 20 ms of wall time", p)
+	}
+}
+
+// With a Rate the throttler is a shaper: requests start one every
+// 1/Rate, queued ones on the clock's time, the most critical first, and
+// expired ones are dropped, not started.
+func TestFixedOutflow(t *testing.T) {
+	m := clock.NewManual(epoch)
+	th := New(Config{Clock: m, Rate: 10, MaxQueueCost: time.Second, MaxWait: 250 * time.Millisecond, Cost: CostConfig{Initial: time.Millisecond}})
+	k := route("/r")
+	first := enter(t, th, k, Sheddable)
+	if !first.Admitted() {
+		t.Fatal("the first request waits")
+	}
+	s := enter(t, th, k, Sheddable)
+	c := enter(t, th, k, Critical)
+	late := enter(t, th, k, Sheddable)
+	if s.Admitted() || c.Admitted() {
+		t.Fatal("two starts in the same 100 ms")
+	}
+	waitSleeper(t, m)
+	m.Advance(99 * time.Millisecond)
+	waitSleeper(t, m)
+	if c.Admitted() {
+		t.Fatal("started before its turn")
+	}
+	m.Advance(time.Millisecond) // t=100ms: the CRITICAL one's turn
+	if err := c.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s.Admitted() {
+		t.Fatal("two started at 100 ms")
+	}
+	waitSleeper(t, m)
+	m.Advance(100 * time.Millisecond) // t=200ms
+	if err := s.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitSleeper(t, m)
+	m.Advance(100 * time.Millisecond) // t=300ms: late's deadline (250ms) passed
+	if err := late.Wait(context.Background()); !errors.Is(err, ErrExpired) {
+		t.Fatalf("late: %v", err)
+	}
+	first.Done()
+	c.Done()
+	s.Done()
+	// The pacer ends with the queue: no goroutine stays behind.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		th.mu.Lock()
+		p := th.pacing
+		th.mu.Unlock()
+		if !p {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the pacer still runs with an empty queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := th.Stats(); st.Admitted != 3 || st.Expired[Sheddable] != 1 || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func waitSleeper(t *testing.T, m *clock.Manual) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.WaitForSleepers(ctx, 1); err != nil {
+		t.Fatal("the pacer is not sleeping on the clock:", err)
 	}
 }
