@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -156,4 +157,53 @@ func spin(d time.Duration) {
 			}
 		}
 	}
+}
+
+// Many clients through the middleware at once, with a small queue so
+// that requests are admitted, queued, evicted, expired and canceled, on
+// pooled tickets (run with -race): every request gets 200 or 503, the
+// handler never runs more than the limit at once, and the throttler ends
+// empty.
+func TestMiddlewareConcurrent(t *testing.T) {
+	const limit = 3
+	th := New(Config{Limit: limit, MaxQueueCost: 3 * time.Millisecond, MaxWait: 3 * time.Millisecond})
+	var running, peak atomic.Int64
+	h := th.Middleware(MiddlewareOptions{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(200 * time.Microsecond)
+		running.Add(-1)
+	}))
+	levels := []string{"SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL", "CRITICAL_PLUS", "junk"}
+	var codes [600]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Go(func() {
+			for i := range 150 {
+				req := httptest.NewRequest("GET", "/", nil)
+				req.Header.Set("X-Criticality", levels[(g+i)%len(levels)])
+				if i%7 == 0 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+					defer cancel()
+					req = req.WithContext(ctx)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				codes[rec.Code].Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit {
+		t.Errorf("%d handlers ran at once, limit %d", p, limit)
+	}
+	if codes[200].Load()+codes[503].Load() != 12*150 || codes[200].Load() == 0 || codes[503].Load() == 0 {
+		t.Errorf("200: %d, 503: %d of %d", codes[200].Load(), codes[503].Load(), 12*150)
+	}
+	st := th.Stats()
+	if st.InFlight != 0 || st.Queued != 0 || st.QueuedCost != 0 {
+		t.Errorf("after the load: %+v", st)
+	}
+	t.Logf("200: %d, 503: %d; refused %v evicted %v expired %v canceled %v", codes[200].Load(), codes[503].Load(), st.Refused, st.Evicted, st.Expired, st.Withdrawn)
 }
