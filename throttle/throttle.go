@@ -199,9 +199,9 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	}
 	tk.ready = make(chan struct{})
 	t.queue[crit].pushBack(tk)
-	t.ensurePacer()
 	t.queued++
 	t.queuedCost += tk.predicted
+	t.ensurePacer()
 	t.changed()
 	return tk, nil
 }

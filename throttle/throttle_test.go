@@ -442,6 +442,22 @@ func TestFixedOutflow(t *testing.T) {
 	}
 }
 
+// One queued request is started on time too (the pacer starts with the
+// first request queued).
+func TestFixedOutflowOne(t *testing.T) {
+	m := clock.NewManual(epoch)
+	th := New(Config{Clock: m, Rate: 10, MaxQueueCost: time.Second})
+	k := route("/r")
+	enter(t, th, k, Critical).Done()
+	q := enter(t, th, k, Critical)
+	waitSleeper(t, m)
+	m.Advance(100 * time.Millisecond)
+	if err := q.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.Done()
+}
+
 func waitSleeper(t *testing.T, m *clock.Manual) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
