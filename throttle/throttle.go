@@ -28,6 +28,9 @@ type Config struct {
 	// time) of the requests it holds, not by their count. An arrival that
 	// does not fit evicts less critical queued requests, or is refused.
 	// 0 means no queue: a request that cannot run at once is refused.
+	// MaxWait × the processors (the work the server can do in the
+	// longest wait it allows) is a good size: a smaller queue fills with
+	// critical requests during a stall of the host and refuses them.
 	MaxQueueCost time.Duration
 	// MaxWait bounds a request's wait in the queue: one still queued
 	// after it is dropped before it runs (as is one past the deadline it
