@@ -55,13 +55,16 @@ func TestOverloadClient(t *testing.T) {
 
 func answer(s string) { fmt.Println("ANSWER " + s) }
 
-// newLoadHTTPClient returns a client with 256 connections opened at once
-// and never more: an open-loop client dialing afresh overflows the listen
-// backlog, and a dropped SYN costs a second of the host's latency, not
-// the throttler's.
+// newLoadHTTPClient returns a client with 2,048 connections opened at
+// once and never more: an open-loop client dialing afresh overflows the
+// listen backlog, and a dropped SYN costs a second of the host's latency,
+// not the throttler's. They are enough for 3× capacity at the longest
+// latency the throttler allows; a request that nevertheless waits for
+// one is not offered when it should be, so it fails after 5 s (a
+// CRITICAL one counts against the test) instead of succeeding late.
 func newLoadHTTPClient(url string) *http.Client {
-	const conns = 256
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 10 * time.Second}
+	const conns = 2048
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 5 * time.Second}
 	var wg sync.WaitGroup
 	for range conns {
 		wg.Go(func() {

@@ -117,7 +117,7 @@ func TestOverload(t *testing.T) {
 		t.Skip("needs the process's CPU time")
 	}
 	base := runtime.NumGoroutine()
-	const maxWait = time.Second
+	const maxWait = 2 * time.Second
 	th := New(Config{Limit: 2 * runtime.GOMAXPROCS(0), Adaptive: &AdaptiveConfig{}, MaxQueueCost: maxWait * time.Duration(runtime.GOMAXPROCS(0)), MaxWait: maxWait})
 	var throttled atomic.Bool
 	s := newOverloadServer(t, func(h http.Handler) http.Handler {
