@@ -1,0 +1,5 @@
+//go:build !race
+
+package throttle
+
+const raceEnabled = false
