@@ -84,6 +84,7 @@ type wbLoad struct {
 	// admissions of requests sent from `from` to `to`
 	from, to time.Time
 	during   int64
+	rec      *record // if set, every answer too
 }
 
 // wbDrive sends requests for key "hot" to each node at perNode a second,
@@ -119,6 +120,9 @@ func wbDriveNode(s *server, perNode int, end time.Time, l *wbLoad) {
 					return // the node stopped
 				}
 				w, w2 := sent.Unix(), got.Unix()
+				if l.rec != nil {
+					l.rec.add(answered{sent, got, resp.OverallCode == rlsv3.RateLimitResponse_OK})
+				}
 				l.mu.Lock()
 				l.sent[w]++
 				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
