@@ -269,3 +269,128 @@ func TestWriteBackRedisKilled(t *testing.T) {
 		})
 	}
 }
+
+// nearNodes starts n serve processes (near cache on, the default) on srv
+// with one rule: key "hot", limit 5 a window of w, failing open.
+func nearNodes(t *testing.T, srv *redistest.Server, n int, w string) []*server {
+	dir := t.TempDir()
+	writeRules(t, dir, "near.yaml", "domain: near\ndescriptors:\n  - key: hot\n    rate_limit: {window: "+w+", requests_per_unit: 5, failure_mode: open}\n")
+	return startNodes(n, func() *server {
+		s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "200ms")
+		s.ask(t, "near", desc("hot", "warm")) // loads the library
+		return s
+	})
+}
+
+// okNear asks s for the hot key's value v and reports whether it was
+// admitted.
+func okNear(t *testing.T, s *server, v string) bool {
+	return s.ask(t, "near", desc("hot", v)).OverallCode == rlsv3.RateLimitResponse_OK
+}
+
+// refuseEverywhere spends key k's limit of 5 on nodes[0], then has every
+// node of nodes be refused it once by Redis (so each one's near cache
+// holds the refusal until the window's end).
+func refuseEverywhere(t *testing.T, nodes []*server, k string) {
+	t.Helper()
+	for i := range 5 {
+		if !okNear(t, nodes[0], k) {
+			t.Fatalf("request %d of a limit of 5 refused", i+1)
+		}
+	}
+	for i, s := range nodes {
+		if okNear(t, s, k) {
+			t.Fatalf("node %d: the 6th request of a limit of 5 admitted", i)
+		}
+	}
+}
+
+// The near cache with Redis killed, four nodes, a rule of 5 a 3 s window
+// failing open. Each node learned from Redis that the key is refused until
+// the window ends (T).
+//
+//   - Redis killed: every node goes on refusing the key until T, without
+//     Redis, while the failure mode (open) admits every other key; after T
+//     the failure mode decides the key too (open: admitted).
+//   - Redis restarted before T: the nodes that hold the refusal refuse the
+//     key until T, with or without Redis's data. A node that never saw the
+//     refusal asks Redis: restarted with its data, Redis refuses it (the
+//     window's count survived); restarted empty, Redis admits it (it forgot
+//     the count: docs/REDIS.md "The near cache", "What it costs").
+func TestNearCacheRedisKilled(t *testing.T) {
+	const w = 3 * time.Second
+	t.Run("dead_past_T", func(t *testing.T) {
+		srv := redistest.Standalone(t)
+		nodes := nearNodes(t, srv, 4, "3s")
+		clearOfWindowEnd(t, w, 2500*time.Millisecond)
+		T := windowAt(time.Now(), w).Add(w)
+		refuseEverywhere(t, nodes, "k")
+		srv.Kill()
+		for i, s := range nodes {
+			for range 3 {
+				if okNear(t, s, "k") {
+					t.Errorf("node %d admitted the refused key with Redis dead, before the refusal's end", i)
+				}
+			}
+			if !okNear(t, s, fmt.Sprintf("other-%d", i)) {
+				t.Errorf("node %d refused another key with Redis dead: failure_mode open admits", i)
+			}
+		}
+		if time.Now().After(T) {
+			t.Skip("the host was too slow: the window ended before the checks")
+		}
+		for i, s := range nodes {
+			if h := metricValue(t, s.http, "floodgate_store_near_cache_hits_total"); h < 3 {
+				t.Errorf("node %d: %g near cache hits, want the 3 refusals made without Redis", i, h)
+			}
+		}
+		time.Sleep(time.Until(T) + 20*time.Millisecond)
+		for i, s := range nodes {
+			if !okNear(t, s, "k") {
+				t.Errorf("node %d refused the key after the refusal's end with Redis dead: failure_mode open admits", i)
+			}
+		}
+	})
+	for _, durable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("restarted_before_T/data_kept=%v", durable), func(t *testing.T) {
+			srv := startRedis(t, durable)
+			nodes := nearNodes(t, srv, 4, "3s")
+			clearOfWindowEnd(t, w, 2500*time.Millisecond)
+			T := windowAt(time.Now(), w).Add(w)
+			refuseEverywhere(t, nodes[:3], "k") // nodes[3] never asks for k
+			srv.Kill()
+			srv.Restart(t)
+			for i, s := range nodes[:3] {
+				for range 3 {
+					if okNear(t, s, "k") {
+						t.Errorf("node %d admitted the key it knows refused, before the refusal's end (Redis restarted)", i)
+					}
+				}
+			}
+			fresh := nodes[3]
+			// until fresh decides on Redis again (its first call after the
+			// restart may find its connection broken: the failure mode)
+			for p := 0; ; p++ {
+				d0 := metricValue(t, fresh.http, "floodgate_store_degraded_decisions_total")
+				okNear(t, fresh, fmt.Sprintf("probe-%d", p))
+				if metricValue(t, fresh.http, "floodgate_store_degraded_decisions_total") == d0 {
+					break
+				}
+				if p == 50 {
+					t.Fatal("the fresh node's decisions still go to the failure mode 50 requests after the restart")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			got := okNear(t, fresh, "k")
+			if time.Now().After(T.Add(-100 * time.Millisecond)) {
+				t.Skip("the host was too slow: the window ended before the checks")
+			}
+			if durable && got {
+				t.Error("Redis restarted with its data admitted the key refused in its window")
+			}
+			if !durable && !got {
+				t.Error("Redis restarted empty refused the key: it should have forgotten the window's count")
+			}
+		})
+	}
+}
