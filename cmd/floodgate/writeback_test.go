@@ -20,12 +20,15 @@ import (
 // wbLimit is the write-back tests' limit: requests a second on one key.
 const wbLimit = 400
 
-func wbRules(budget string) string {
+func wbRules(budget string) string { return wbRulesOf("fixed_window", budget) }
+
+// wbRulesOf is wbRules with another algorithm.
+func wbRulesOf(algorithm, budget string) string {
 	return fmt.Sprintf(`domain: wb
 descriptors:
   - key: user
-    rate_limit: {unit: second, requests_per_unit: %d, algorithm: fixed_window, tier: write_back, budget: %s, failure_mode: closed}
-`, wbLimit, budget)
+    rate_limit: {unit: second, requests_per_unit: %d, algorithm: %s, tier: write_back, budget: %s, failure_mode: closed}
+`, wbLimit, algorithm, budget)
 }
 
 // wbNode starts one floodgate serve on Redis at addr with the rules in dir.
