@@ -135,16 +135,16 @@ func TestShareRedisKilled(t *testing.T) {
 			time.Sleep(time.Until(k.Add(-300 * time.Millisecond)))
 			wg := drive(t, r, func() []*server { return nodes }, 16, 16*time.Millisecond, stop) // 1,000/s offered
 			time.Sleep(time.Until(k.Add(150 * time.Millisecond)))
+			kill1 := time.Now() // Redis dies within a millisecond of it
 			srv.Kill()
-			kill1 := time.Now()
 			time.Sleep(max(500*time.Millisecond, time.Until(k.Add(900*time.Millisecond))))
 			restart1 := time.Now()
 			srv.Restart(t)
 			back1 := time.Now()
 			k1 := k.Add(w)
 			time.Sleep(time.Until(k1.Add(1700 * time.Millisecond)))
-			srv.Kill()
 			kill2 := time.Now()
+			srv.Kill()
 			k2 := k1.Add(w)
 			time.Sleep(time.Until(k2.Add(700 * time.Millisecond)))
 			restart2 := time.Now()
@@ -222,8 +222,8 @@ func TestWriteBackRedisKilled(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Go(func() { wbDrive(nodes, 3*wbLimit/4, start.Add(4*time.Second), l) })
 			time.Sleep(time.Until(start.Add(1300 * time.Millisecond)))
-			srv.Kill()
 			kill := time.Now()
+			srv.Kill()
 			time.Sleep(time.Until(start.Add(1700 * time.Millisecond)))
 			restart := time.Now()
 			srv.Restart(t)
