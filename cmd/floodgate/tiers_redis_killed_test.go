@@ -328,79 +328,92 @@ func refuseEverywhere(t *testing.T, nodes []*server, k string) {
 //     window's count survived); restarted empty, Redis admits it (it forgot
 //     the count: docs/REDIS.md "The near cache", "What it costs").
 func TestNearCacheRedisKilled(t *testing.T) {
-	const w = 3 * time.Second
-	t.Run("dead_past_T", func(t *testing.T) {
-		srv := redistest.Standalone(t)
-		nodes := nearNodes(t, srv, 4, "3s")
-		clearOfWindowEnd(t, w, 2500*time.Millisecond)
-		T := windowAt(time.Now(), w).Add(w)
-		refuseEverywhere(t, nodes, "k")
-		srv.Kill()
-		for i, s := range nodes {
-			for range 3 {
-				if okNear(t, s, "k") {
-					t.Errorf("node %d admitted the refused key with Redis dead, before the refusal's end", i)
-				}
-			}
-			if !okNear(t, s, fmt.Sprintf("other-%d", i)) {
-				t.Errorf("node %d refused another key with Redis dead: failure_mode open admits", i)
-			}
-		}
-		if time.Now().After(T) {
-			t.Skip("the host was too slow: the window ended before the checks")
-		}
-		for i, s := range nodes {
-			if h := metricValue(t, s.http, "floodgate_store_near_cache_hits_total"); h < 3 {
-				t.Errorf("node %d: %g near cache hits, want the 3 refusals made without Redis", i, h)
-			}
-		}
-		time.Sleep(time.Until(T) + 20*time.Millisecond)
-		for i, s := range nodes {
-			if !okNear(t, s, "k") {
-				t.Errorf("node %d refused the key after the refusal's end with Redis dead: failure_mode open admits", i)
-			}
-		}
-	})
+	t.Run("dead_past_T", nearDeadPastT)
 	for _, durable := range []bool{true, false} {
-		t.Run(fmt.Sprintf("restarted_before_T/data_kept=%v", durable), func(t *testing.T) {
-			srv := startRedis(t, durable)
-			nodes := nearNodes(t, srv, 4, "3s")
-			clearOfWindowEnd(t, w, 2500*time.Millisecond)
-			T := windowAt(time.Now(), w).Add(w)
-			refuseEverywhere(t, nodes[:3], "k") // nodes[3] never asks for k
-			srv.Kill()
-			srv.Restart(t)
-			for i, s := range nodes[:3] {
-				for range 3 {
-					if okNear(t, s, "k") {
-						t.Errorf("node %d admitted the key it knows refused, before the refusal's end (Redis restarted)", i)
-					}
-				}
+		t.Run(fmt.Sprintf("restarted_before_T/data_kept=%v", durable), func(t *testing.T) { nearRestartedBeforeT(t, durable) })
+	}
+}
+
+// nearDeadPastT is TestNearCacheRedisKilled with Redis dead past T.
+func nearDeadPastT(t *testing.T) {
+	const w = 3 * time.Second
+	srv := redistest.Standalone(t)
+	nodes := nearNodes(t, srv, 4, "3s")
+	clearOfWindowEnd(t, w, 2500*time.Millisecond)
+	T := windowAt(time.Now(), w).Add(w)
+	refuseEverywhere(t, nodes, "k")
+	srv.Kill()
+	for i, s := range nodes {
+		for range 3 {
+			if okNear(t, s, "k") {
+				t.Errorf("node %d admitted the refused key with Redis dead, before the refusal's end", i)
 			}
-			fresh := nodes[3]
-			// until fresh decides on Redis again (its first call after the
-			// restart may find its connection broken: the failure mode)
-			for p := 0; ; p++ {
-				d0 := metricValue(t, fresh.http, "floodgate_store_degraded_decisions_total")
-				okNear(t, fresh, fmt.Sprintf("probe-%d", p))
-				if metricValue(t, fresh.http, "floodgate_store_degraded_decisions_total") == d0 {
-					break
-				}
-				if p == 50 {
-					t.Fatal("the fresh node's decisions still go to the failure mode 50 requests after the restart")
-				}
-				time.Sleep(100 * time.Millisecond)
+		}
+		if !okNear(t, s, fmt.Sprintf("other-%d", i)) {
+			t.Errorf("node %d refused another key with Redis dead: failure_mode open admits", i)
+		}
+	}
+	if time.Now().After(T) {
+		t.Skip("the host was too slow: the window ended before the checks")
+	}
+	for i, s := range nodes {
+		if h := metricValue(t, s.http, "floodgate_store_near_cache_hits_total"); h < 3 {
+			t.Errorf("node %d: %g near cache hits, want the 3 refusals made without Redis", i, h)
+		}
+	}
+	time.Sleep(time.Until(T) + 20*time.Millisecond)
+	for i, s := range nodes {
+		if !okNear(t, s, "k") {
+			t.Errorf("node %d refused the key after the refusal's end with Redis dead: failure_mode open admits", i)
+		}
+	}
+}
+
+// nearRestartedBeforeT is TestNearCacheRedisKilled with Redis restarted
+// before T, with its data or without.
+func nearRestartedBeforeT(t *testing.T, durable bool) {
+	const w = 3 * time.Second
+	srv := startRedis(t, durable)
+	nodes := nearNodes(t, srv, 4, "3s")
+	clearOfWindowEnd(t, w, 2500*time.Millisecond)
+	T := windowAt(time.Now(), w).Add(w)
+	refuseEverywhere(t, nodes[:3], "k") // nodes[3] never asks for k
+	srv.Kill()
+	srv.Restart(t)
+	for i, s := range nodes[:3] {
+		for range 3 {
+			if okNear(t, s, "k") {
+				t.Errorf("node %d admitted the key it knows refused, before the refusal's end (Redis restarted)", i)
 			}
-			got := okNear(t, fresh, "k")
-			if time.Now().After(T.Add(-100 * time.Millisecond)) {
-				t.Skip("the host was too slow: the window ended before the checks")
-			}
-			if durable && got {
-				t.Error("Redis restarted with its data admitted the key refused in its window")
-			}
-			if !durable && !got {
-				t.Error("Redis restarted empty refused the key: it should have forgotten the window's count")
-			}
-		})
+		}
+	}
+	fresh := nodes[3]
+	onRedisAgain(t, fresh)
+	got := okNear(t, fresh, "k")
+	if time.Now().After(T.Add(-100 * time.Millisecond)) {
+		t.Skip("the host was too slow: the window ended before the checks")
+	}
+	if durable && got {
+		t.Error("Redis restarted with its data admitted the key refused in its window")
+	}
+	if !durable && !got {
+		t.Error("Redis restarted empty refused the key: it should have forgotten the window's count")
+	}
+}
+
+// onRedisAgain waits until s decides on Redis again after a restart (its
+// first call may find its connection broken: the failure mode decides).
+func onRedisAgain(t *testing.T, s *server) {
+	t.Helper()
+	for p := 0; ; p++ {
+		d0 := metricValue(t, s.http, "floodgate_store_degraded_decisions_total")
+		okNear(t, s, fmt.Sprintf("probe-%d", p))
+		if metricValue(t, s.http, "floodgate_store_degraded_decisions_total") == d0 {
+			return
+		}
+		if p == 50 {
+			t.Fatal("the node's decisions still go to the failure mode 50 requests after the restart")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
