@@ -94,7 +94,13 @@ descriptors:
 	f.run(0, quarter)
 	heap1 := nodesMetric(t, nodes, "go_memstats_heap_inuse_bytes")
 	rss1 := nodesMetric(t, nodes, "process_resident_memory_bytes")
-	f.run(quarter, keys)
+	for q := 2; q <= 4; q++ { // the heap at each quarter, for the record
+		f.run((q-1)*quarter, min(q*quarter, keys))
+		if q < 4 {
+			t.Logf("%d%% of the keys: heap in use %.1f MiB", q*25, nodesMetric(t, nodes, "go_memstats_heap_inuse_bytes")[0]/(1<<20))
+		}
+	}
+	f.run(4*quarter, keys)
 	took := time.Since(start)
 	close(stopHot)
 	hotWG.Wait()
