@@ -285,7 +285,7 @@ func nearNodes(t *testing.T, srv *redistest.Server, n int, w string) []*server {
 	dir := t.TempDir()
 	writeRules(t, dir, "near.yaml", "domain: near\ndescriptors:\n  - key: hot\n    rate_limit: {window: "+w+", requests_per_unit: 5, failure_mode: open}\n")
 	return startNodes(n, func() *server {
-		s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "200ms")
+		s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr+"?dial_timeout=5s", "--store-timeout", "200ms")
 		s.ask(t, "near", desc("hot", "warm")) // loads the library
 		return s
 	})

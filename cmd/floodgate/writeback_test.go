@@ -34,7 +34,9 @@ descriptors:
 // wbNode starts one floodgate serve on Redis at addr with the rules in dir.
 func wbNode(t *testing.T, dir, addr string) *server {
 	t.Helper()
-	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+addr,
+	// dial_timeout: the first connection's, which a starved host may take
+	// more than the store timeout's 200 ms floor to make (serve exits)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+addr+"?dial_timeout=5s",
 		"--store-timeout", "50ms", "--store-timeout-max", "100ms", "--write-back-interval", "10ms")
 	t.Cleanup(func() { s.stop(t) })
 	s.ask(t, "wb", desc("user", "warm")) // starts its heartbeats
