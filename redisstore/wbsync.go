@@ -155,6 +155,12 @@ func (w *writeBack) do(ctx context.Context, cmds []rueidis.Completed) []rueidis.
 			return errResults(len(cmds), err)
 		}
 	}
+	// pinned: rueidis recycles a sent command unless pinned, and a
+	// library that Redis lost (a restart without its data) sends them
+	// again (unpinned, that second send panicked)
+	for i := range cmds {
+		cmds[i] = cmds[i].Pin()
+	}
 	res := s.client.DoMulti(ctx, cmds...)
 	if len(res) > 0 && notLoaded(res[0].Error()) {
 		s.libLoaded.Store(false)

@@ -341,6 +341,7 @@ type storeCollector struct {
 	calls, errs, timeouts, degraded, breaker *prometheus.Desc
 	localCharged, localUntracked             *prometheus.Desc
 	wbLocal, wbExact, wbSyncs, wbNodes       *prometheus.Desc
+	wbKeys                                   *prometheus.Desc
 	over, under, unmeasured                  *prometheus.Desc
 	share                                    [6]*prometheus.Desc // redisstore.ShareStats, in its order
 	nearHits                                 *prometheus.Desc
@@ -362,6 +363,7 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 		wbExact: d("floodgate_store_writeback_exact_total", "Decisions of hot tier: write_back keys made exactly in Redis (near the limit, past the hit threshold, budget too small)."),
 		wbSyncs: d("floodgate_store_writeback_syncs_total", "Pipelined calls that sent tier: write_back keys' unsynced hits to Redis."),
 		wbNodes: d("floodgate_store_writeback_nodes", "Live nodes deciding tier: write_back keys, as the heartbeats last said."),
+		wbKeys:  d("floodgate_store_writeback_keys", "Keys in the tier: write_back table now (hot, or being measured): at most its bound, whatever the flood of keys."),
 		over: prometheus.NewDesc("floodgate_tier_overshoot_total",
 			"Requests a tier: write_back rule's windows admitted beyond its limit, as this process's syncs measured them (sum over processes).", []string{"rule"}, nil),
 		under: prometheus.NewDesc("floodgate_tier_undershoot_total",
@@ -384,7 +386,7 @@ func newStoreCollector(rs *redisstore.Store) *storeCollector {
 // Describe implements prometheus.Collector.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.timeouts, c.degraded, c.breaker, c.localCharged, c.localUntracked, c.nearHits,
-		c.wbLocal, c.wbExact, c.wbSyncs, c.wbNodes, c.over, c.under, c.unmeasured} {
+		c.wbLocal, c.wbExact, c.wbSyncs, c.wbNodes, c.wbKeys, c.over, c.under, c.unmeasured} {
 		ch <- d
 	}
 	for _, d := range c.share {
@@ -410,6 +412,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.wbExact, prometheus.CounterValue, float64(st.WriteBackExact))
 	ch <- prometheus.MustNewConstMetric(c.wbSyncs, prometheus.CounterValue, float64(st.WriteBackSyncs))
 	ch <- prometheus.MustNewConstMetric(c.wbNodes, prometheus.GaugeValue, float64(st.WriteBackNodes))
+	ch <- prometheus.MustNewConstMetric(c.wbKeys, prometheus.GaugeValue, float64(st.WriteBackKeys))
 	for _, e := range c.rs.TierErrors() {
 		ch <- prometheus.MustNewConstMetric(c.over, prometheus.CounterValue, float64(e.Overshoot), e.Rule)
 		ch <- prometheus.MustNewConstMetric(c.under, prometheus.CounterValue, float64(e.Undershoot), e.Rule)

@@ -16,7 +16,10 @@ import (
 // Four floodgate serve processes on one Redis, one hot key asked at ten
 // times its limit of 20 a second for three fixed windows: with the near
 // cache (the default) every window admits exactly the limit, as without
-// it (exact mode), and far fewer decisions are asked of Redis.
+// it (exact mode), and far fewer decisions are asked of Redis. No refused
+// key is admitted early: once a refusal has come back from any process,
+// no request sent after it is admitted in that window (a fixed window
+// refuses until its end: Redis's RetryAfter).
 //
 // Requests are sent only from 50 ms after a window starts to 50 ms before
 // it ends (Redis's clock is this host's), and each admission is counted in
@@ -37,8 +40,11 @@ func TestNearCacheFleetAdmitsExactly(t *testing.T) {
 				servers[i].ask(t, "near", desc("hot", "warm")) // loads the library
 			}
 			calls0, hits0 := fleetMetric(t, servers, "floodgate_store_calls_total"), fleetMetric(t, servers, "floodgate_store_near_cache_hits_total")
-			spans, decisions := hotKeyLoad(t, servers, windows)
+			spans, decisions, all := hotKeyLoad(t, servers, windows)
 			definite, maybe := perWindow(spans, windows)
+			if early := admittedAfterRefusal(all, time.Second); len(early) > 0 {
+				t.Errorf("%d admissions sent after a refusal in their window had come back, and answered in it: %v", len(early), early)
+			}
 			for w := range windows {
 				if definite[w] > limit || definite[w]+maybe[w] < limit {
 					t.Errorf("window %d admitted %d (and %d that may belong to it), want exactly %d", w, definite[w], maybe[w], limit)
@@ -63,7 +69,7 @@ func TestNearCacheFleetAdmitsExactly(t *testing.T) {
 // only from 50 ms into each second to 50 ms before its end. It returns
 // each admission's round trip as the windows (from the first) it was sent
 // and answered in, and how many decisions were asked.
-func hotKeyLoad(t *testing.T, servers []*server, windows int) (spans [][2]int, decisions int) {
+func hotKeyLoad(t *testing.T, servers []*server, windows int) (spans [][2]int, decisions int, all []answered) {
 	w0 := time.Now().Truncate(time.Second).Add(time.Second)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -83,6 +89,7 @@ func hotKeyLoad(t *testing.T, servers []*server, windows int) (spans [][2]int, d
 					return
 				}
 				mu.Lock()
+				all = append(all, answered{sent, got, ok})
 				decisions++
 				if ok {
 					spans = append(spans, [2]int{int(sent.Sub(w0) / time.Second), int(got.Sub(w0) / time.Second)})
@@ -92,7 +99,31 @@ func hotKeyLoad(t *testing.T, servers []*server, windows int) (spans [][2]int, d
 		})
 	}
 	wg.Wait()
-	return spans, decisions
+	return spans, decisions, all
+}
+
+// admittedAfterRefusal returns the admissions, of fixed windows of w, sent
+// after a refusal decided wholly in their window had come back, and
+// answered in that window: a refused key admitted before its window ended.
+func admittedAfterRefusal(all []answered, w time.Duration) []answered {
+	firstRefusal := map[int64]time.Time{} // by window: the earliest refusal's return
+	for _, a := range all {
+		win := a.sent.UnixNano() / int64(w)
+		if a.ok || a.got.UnixNano()/int64(w) != win {
+			continue
+		}
+		if f, ok := firstRefusal[win]; !ok || a.got.Before(f) {
+			firstRefusal[win] = a.got
+		}
+	}
+	var early []answered
+	for _, a := range all {
+		win := a.got.UnixNano() / int64(w)
+		if f, ok := firstRefusal[win]; ok && a.ok && a.sent.After(f) {
+			early = append(early, a)
+		}
+	}
+	return early
 }
 
 // askHot asks s for the hot key once, and reports whether it was admitted.

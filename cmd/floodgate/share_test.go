@@ -34,7 +34,7 @@ func shareNodes(t *testing.T, srv *redistest.Server, dir string, n int, extra ..
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			args := append([]string{"--rules", dir, "--data", t.TempDir(), "--store", "redis://" + srv.Addr, "--store-timeout", "10s"}, extra...)
+			args := append([]string{"--rules", dir, "--data", t.TempDir(), "--store", "redis://" + srv.Addr + "?dial_timeout=5s", "--store-timeout", "10s"}, extra...)
 			s := startServer(t, args...)
 			mu.Lock()
 			nodes = append(nodes, s)

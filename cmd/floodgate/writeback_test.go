@@ -20,18 +20,23 @@ import (
 // wbLimit is the write-back tests' limit: requests a second on one key.
 const wbLimit = 400
 
-func wbRules(budget string) string {
+func wbRules(budget string) string { return wbRulesOf("fixed_window", budget) }
+
+// wbRulesOf is wbRules with another algorithm.
+func wbRulesOf(algorithm, budget string) string {
 	return fmt.Sprintf(`domain: wb
 descriptors:
   - key: user
-    rate_limit: {unit: second, requests_per_unit: %d, algorithm: fixed_window, tier: write_back, budget: %s, failure_mode: closed}
-`, wbLimit, budget)
+    rate_limit: {unit: second, requests_per_unit: %d, algorithm: %s, tier: write_back, budget: %s, failure_mode: closed}
+`, wbLimit, algorithm, budget)
 }
 
 // wbNode starts one floodgate serve on Redis at addr with the rules in dir.
 func wbNode(t *testing.T, dir, addr string) *server {
 	t.Helper()
-	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+addr,
+	// dial_timeout: the first connection's, which a starved host may take
+	// more than the store timeout's 200 ms floor to make (serve exits)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+addr+"?dial_timeout=5s",
 		"--store-timeout", "50ms", "--store-timeout-max", "100ms", "--write-back-interval", "10ms")
 	t.Cleanup(func() { s.stop(t) })
 	s.ask(t, "wb", desc("user", "warm")) // starts its heartbeats
@@ -84,6 +89,7 @@ type wbLoad struct {
 	// admissions of requests sent from `from` to `to`
 	from, to time.Time
 	during   int64
+	rec      *record // if set, every answer too
 }
 
 // wbDrive sends requests for key "hot" to each node at perNode a second,
@@ -119,6 +125,9 @@ func wbDriveNode(s *server, perNode int, end time.Time, l *wbLoad) {
 					return // the node stopped
 				}
 				w, w2 := sent.Unix(), got.Unix()
+				if l.rec != nil {
+					l.rec.add(answered{sent, got, resp.OverallCode == rlsv3.RateLimitResponse_OK})
+				}
 				l.mu.Lock()
 				l.sent[w]++
 				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
