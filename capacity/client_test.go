@@ -129,6 +129,12 @@ func TestModesWithServerKilled(t *testing.T) {
 			if got := ra.Capacity(); got != l.Capacity || !ra.Leased() {
 				t.Fatalf("capacity %v, want the lease's %v", got, l.Capacity)
 			}
+			pre := ra.Stats()
+			n := admit(t, ra, 5)
+			if st := ra.Stats(); st.Leased.Allowed != pre.Leased.Allowed+uint64(n) ||
+				st.Leased.Refused != pre.Leased.Refused+uint64(5-n) || st.Fallback != pre.Fallback {
+				t.Fatalf("5 decisions under the lease counted %+v (before %+v), want them under Leased", st, pre)
+			}
 			srv.kill()
 			if err := a.Refresh(context.Background()); err == nil {
 				t.Fatal("refresh with the server killed: no error")
@@ -144,8 +150,18 @@ func TestModesWithServerKilled(t *testing.T) {
 			if got := sa.Capacity(); got != tc.s {
 				t.Fatalf("at expiry: capacity of s %v, want %v", got, tc.s)
 			}
+			before := ra.Stats()
 			if got := admit(t, ra, 200); got != tc.admitted {
 				t.Fatalf("at expiry: Allow admitted %d, want %d", got, tc.admitted)
+			}
+			// The 200 decisions after expiry are the mode's, none the
+			// lease's: refusals by mode.
+			st := ra.Stats()
+			want := Stats{Mode: tc.mode, Leased: before.Leased,
+				Fallback: Counts{Allowed: before.Fallback.Allowed + uint64(tc.admitted),
+					Refused: before.Fallback.Refused + uint64(200-tc.admitted)}}
+			if st != want {
+				t.Fatalf("stats after 200 decisions past expiry: %+v, want %+v", st, want)
 			}
 		})
 	}

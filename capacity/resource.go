@@ -77,6 +77,10 @@ type Resource struct {
 
 	cur atomic.Pointer[rating]
 
+	// counts of decisions, by the capacity's source: [0] an unexpired
+	// lease, [1] the mode
+	allowed, refusedN [2]atomic.Uint64
+
 	mu      sync.Mutex // guards what follows, and re-rating
 	wants   float64
 	sent    float64 // the wants of the last successful refresh
@@ -297,6 +301,48 @@ func (r *Resource) refused() floodgate.Decision {
 	return d
 }
 
+// Counts are a Resource's decisions (Allow, AllowN with n > 0, Wait) under
+// one source of capacity.
+type Counts struct {
+	Allowed uint64 // decisions that admitted
+	Refused uint64 // decisions that refused
+}
+
+// Stats are a Resource's decisions since it was made, split by where the
+// capacity they were decided under came from: an unexpired lease, or the
+// resource's Mode (no lease yet, or the servers unreachable past the
+// lease's expiry). Fallback.Refused counts what the mode refused: all of
+// a pessimistic resource's requests while it is cut off.
+type Stats struct {
+	Mode     Mode   // the resource's mode
+	Leased   Counts // decided under a lease
+	Fallback Counts // decided under the mode
+}
+
+// Stats returns the resource's decision counts.
+func (r *Resource) Stats() Stats {
+	return Stats{Mode: r.mode,
+		Leased:   Counts{Allowed: r.allowed[0].Load(), Refused: r.refusedN[0].Load()},
+		Fallback: Counts{Allowed: r.allowed[1].Load(), Refused: r.refusedN[1].Load()},
+	}
+}
+
+// count records a decision made under rt.
+func (r *Resource) count(rt *rating, d floodgate.Decision, err error) {
+	if err != nil {
+		return
+	}
+	src := 1
+	if rt.leased {
+		src = 0
+	}
+	if d.Allowed {
+		r.allowed[src].Add(1)
+	} else {
+		r.refusedN[src].Add(1)
+	}
+}
+
 // Allow reports whether one unit (one request) of the resource may be used
 // now, and consumes it if so: the engine's token bucket at the current
 // capacity, refusing everything at capacity 0.
@@ -307,19 +353,31 @@ func (r *Resource) Allow(ctx context.Context) (floodgate.Decision, error) {
 		rt = r.rating(now)
 	}
 	if rt.capacity <= 0 {
-		return r.refused(), nil
+		d := r.refused()
+		r.count(rt, d, nil)
+		return d, nil
 	}
 	// The engine's Allow, on the time already read: the limiter's policy
 	// is rt's (set together under r.mu).
-	return r.c.store.Do(ctx, now, floodgate.Op{Policy: rt.policy, Key: r.id, Kind: floodgate.OpAllow, Cost: 1})
+	d, err := r.c.store.Do(ctx, now, floodgate.Op{Policy: rt.policy, Key: r.id, Kind: floodgate.OpAllow, Cost: 1})
+	r.count(rt, d, err)
+	return d, err
 }
 
 // AllowN is Allow for n units; n = 0 peeks.
 func (r *Resource) AllowN(ctx context.Context, n int64) (floodgate.Decision, error) {
-	if rt := r.rating(r.c.clock.NowMicro()); rt.capacity <= 0 && n != 0 {
-		return r.refused(), nil
+	rt := r.rating(r.c.clock.NowMicro())
+	if n == 0 {
+		return r.lim.AllowN(ctx, r.id, 0)
 	}
-	return r.lim.AllowN(ctx, r.id, n)
+	if rt.capacity <= 0 {
+		d := r.refused()
+		r.count(rt, d, nil)
+		return d, nil
+	}
+	d, err := r.lim.AllowN(ctx, r.id, n)
+	r.count(rt, d, err)
+	return d, err
 }
 
 // Wait blocks until one unit may be used (see WaitN).
@@ -344,7 +402,9 @@ func (r *Resource) WaitN(ctx context.Context, n int64) (floodgate.Decision, erro
 		ch := r.changed
 		r.mu.Unlock()
 		if rt.capacity > 0 {
-			return r.lim.WaitN(ctx, r.id, n)
+			d, err := r.lim.WaitN(ctx, r.id, n)
+			r.count(rt, d, err)
+			return d, err
 		}
 		if rt.until == math.MaxInt64 {
 			select {
