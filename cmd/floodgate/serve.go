@@ -164,6 +164,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	c.capacity.dataDir = c.dataDir
 	leases, err := c.capacity.start(srv.gs, metrics, srv.gl.Addr().String(), srv.tls, log)
 	if err != nil {
 		return err

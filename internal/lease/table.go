@@ -163,7 +163,11 @@ type Table struct {
 	n            int // entries
 	heap         expHeap
 	learnAt      int64
+	learnEnd     int64 // StartLearningUntil's end, 0 for StartLearning's
 	learning     bool
+	maxLease     int64                 // the longest lease length configured, in microseconds
+	wmark        int64                 // the persisted watermark: no lease granted ends after it
+	wsave        func(time.Time) error // SetWatermark's, nil: no watermark
 }
 
 // New returns a Table serving the resources of cfg (a Config from
@@ -177,7 +181,18 @@ func New(cfg *Config, opts Options) *Table {
 	if t.max <= 0 {
 		t.max = DefaultMaxClients
 	}
+	t.maxLease = longestLease(t.cfg)
 	return t
+}
+
+// longestLease is the longest lease length of a normalized cfg, in
+// microseconds.
+func longestLease(c *Config) int64 {
+	m := DefaultLeaseLength.Microseconds()
+	for _, r := range c.Resources {
+		m = max(m, r.LeaseLength.Microseconds())
+	}
+	return m
 }
 
 // normalize returns a copy of cfg with the defaults filled in.
@@ -353,6 +368,9 @@ func (t *Table) state(resource string) *resState {
 		rs.plans = rs.plans[:0] // replanned at the next target: the algorithm may have changed
 		if t.learning {
 			rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
+			if t.learnEnd != 0 {
+				rs.learnTo = t.learnEnd
+			}
 		}
 	}
 	return rs
@@ -425,6 +443,9 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	if g.exp <= now {
 		g = grant{0, now + rs.conf.LeaseLength.Microseconds()}
 	}
+	if g.exp > t.wmark && t.wsave != nil && !t.raiseWatermark(now, g.exp) {
+		g.units = 0 // not durably covered: a restart could not know of it
+	}
 	switch {
 	case has.Capacity == fromUnits(e.cur.units) && abs(h.exp-e.cur.exp) < 1000:
 		e.olds = e.olds[:0] // it holds the newest lease: older ones are superseded
@@ -442,6 +463,35 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	e.cur = g
 	t.recount(e, now)
 	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: refresh, Safe: t.safe(rs, capU)}
+}
+
+// raiseWatermark durably saves a new watermark, now + 2 × the longest
+// lease length (at least exp), before a lease ending at exp is granted, so
+// that saves come about once per lease length. It reports whether the save
+// succeeded.
+func (t *Table) raiseWatermark(now, exp int64) bool {
+	w := max(now+2*t.maxLease, exp)
+	if err := t.wsave(time.UnixMicro(w)); err != nil {
+		return false
+	}
+	t.wmark = w
+	return true
+}
+
+// SetWatermark makes the table keep a lease watermark: before granting any
+// lease that ends after the watermark (initially until), it calls save with
+// a new one, now + 2 × the longest lease length configured, which save must
+// write durably before it returns. If save fails, the lease is granted with
+// capacity 0. A server restarted from the saved watermark knows that no
+// lease it granted before ends after it (StartLearningUntil). save is
+// called with the table locked, about once per lease length.
+func (t *Table) SetWatermark(until time.Time, save func(until time.Time) error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.wmark, t.wsave = until.UnixMicro(), save
+	if until.IsZero() {
+		t.wmark = 0
+	}
 }
 
 // FastRefreshDivisor divides a resource's refresh interval for a lease in
@@ -612,6 +662,7 @@ func (t *Table) Reload(cfg *Config) {
 	t.mu.Lock()
 	t.cfg = c
 	t.gen++
+	t.maxLease = longestLease(c)
 	t.mu.Unlock()
 }
 
@@ -703,9 +754,26 @@ func (t *Table) sorted() []*resState {
 func (t *Table) StartLearning() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.learning, t.learnAt = true, t.clock.NowMicro()
+	t.learning, t.learnAt, t.learnEnd = true, t.clock.NowMicro(), 0
 	for _, rs := range t.res {
 		rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
+	}
+}
+
+// StartLearningUntil puts every resource in learning mode until end (as
+// StartLearning does, but to a fixed end): called on a restart when leases
+// granted before it may be outstanding until end (SetWatermark's saved
+// watermark). An end not after now changes nothing.
+func (t *Table) StartLearningUntil(end time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now, e := t.clock.NowMicro(), end.UnixMicro()
+	if e <= now {
+		return
+	}
+	t.learning, t.learnAt, t.learnEnd = true, now, e
+	for _, rs := range t.res {
+		rs.learnTo = e
 	}
 }
 
