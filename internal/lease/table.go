@@ -799,6 +799,7 @@ func (t *Table) Stats() []Stats {
 	t.expire(now)
 	out := make([]Stats, 0, len(t.res))
 	for _, rs := range t.sorted() {
+		t.state(rs.id) // a Reload applies now, not at the resource's next request
 		s := Stats{Resource: rs.id, Capacity: fromUnits(t.capUnits(rs, now)), Granted: fromUnits(rs.held),
 			Clients: int64(len(rs.clients)), Learning: now < rs.learnTo}
 		for _, e := range rs.list {

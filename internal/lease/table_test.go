@@ -605,3 +605,17 @@ func TestTableNoneBands(t *testing.T) {
 		t.Fatalf("hi %v lo %v, want 80 20", hi.Capacity, lo.Capacity)
 	}
 }
+
+// TestTableStatsAfterReload: Stats reports the new capacity as soon as
+// Reload returns, before the resource's next request.
+func TestTableStatsAfterReload(t *testing.T) {
+	tb, _ := newTable(t, oneResource(FairShare, 100, ""), Options{})
+	get(t, tb, "a", "r", 0, 10, Lease{})
+	if st := tb.Stats(); st[0].Capacity != 100 {
+		t.Fatalf("capacity %v", st[0].Capacity)
+	}
+	tb.Reload(mustConfig(t, oneResource(FairShare, 250, "")))
+	if st := tb.Stats(); st[0].Capacity != 250 {
+		t.Fatalf("capacity %v right after Reload, want 250", st[0].Capacity)
+	}
+}
