@@ -143,7 +143,7 @@ type resState struct {
 	plans     []bandPlan
 	parts     []part // scratch for plan
 	dirty     bool
-	since     int     // wants changes since the plans were computed
+	since     int     // requests since the plans went dirty (a change of wants, a join, a leave)
 	churn     float64 // the sum of the wants' changes since then
 	fluxTo    int64   // demand is shifting until then (fast refresh for the unsatisfied)
 }
@@ -258,7 +258,11 @@ func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error)
 	for i := range reqs {
 		r := &reqs[i]
 		e := t.entry(client, r.Resource, now)
-		e.setParts(append(e.parts[:0], part{prio: r.Priority, wants: min(r.Wants, MaxCapacity), weight: 1}))
+		if p := (part{prio: r.Priority, wants: min(r.Wants, MaxCapacity), weight: 1}); len(e.parts) != 1 || !e.parts[0].same(p) {
+			e.setParts(append(e.parts[:0], p))
+		} else if e.rs.dirty {
+			e.rs.since++ // unchanged: not dirtying, but counting towards the replan of others' changes
+		}
 		out = append(out, t.grant(e, r.Has, now))
 	}
 	return out, nil
@@ -300,15 +304,36 @@ func (t *Table) GetServer(server string, reqs []Demand, out []Lease) ([]Lease, e
 	for i := range reqs {
 		d := &reqs[i]
 		e := t.entry(server, d.Resource, now)
-		ps := e.parts[:0]
-		for _, b := range d.Bands {
-			ps = append(ps, part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))})
+		if !sameBands(e.parts, d.Bands) {
+			ps := e.parts[:0]
+			for _, b := range d.Bands {
+				ps = append(ps, part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))})
+			}
+			e.setParts(ps)
+		} else if e.rs.dirty {
+			e.rs.since++
 		}
-		e.setParts(ps)
 		out = append(out, t.grant(e, d.Has, now))
 	}
 	return out, nil
 }
+
+// sameBands reports whether ps are the parts bands make (unchanged
+// demand: the plans stand).
+func sameBands(ps []part, bands []Band) bool {
+	if len(ps) != len(bands) || len(ps) == 0 {
+		return false
+	}
+	for i, b := range bands {
+		if !ps[i].same(part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))}) {
+			return false
+		}
+	}
+	return true
+}
+
+// same reports whether p and q are the same demand.
+func (p part) same(q part) bool { return p.prio == q.prio && p.wants == q.wants && p.weight == q.weight }
 
 // maxBands bounds the priority bands of one server demand.
 const maxBands = 64
@@ -390,7 +415,8 @@ func (t *Table) entry(client, resource string, now int64) *entry {
 	return e
 }
 
-// setParts replaces the entry's demand.
+// setParts replaces the entry's demand, marking the plans dirty: callers
+// skip it when the demand is unchanged.
 func (e *entry) setParts(ps []part) {
 	e.parts = ps
 	var w int64
