@@ -333,7 +333,9 @@ func sameBands(ps []part, bands []Band) bool {
 }
 
 // same reports whether p and q are the same demand.
-func (p part) same(q part) bool { return p.prio == q.prio && p.wants == q.wants && p.weight == q.weight }
+func (p part) same(q part) bool {
+	return p.prio == q.prio && p.wants == q.wants && p.weight == q.weight
+}
 
 // maxBands bounds the priority bands of one server demand.
 const maxBands = 64

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -50,9 +51,22 @@ func main() {
 	conns := flag.Int("conns", 4, "gRPC connections shared by the callers")
 	duration := flag.Duration("duration", 5*time.Second, "length of each measurement")
 	resource := flag.String("resource", "db", "the resource asked for")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process server's included) to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "capload:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*addr, *clients, *workers, *conns, *duration, *resource); err != nil {
 		fmt.Fprintln(os.Stderr, "capload:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
