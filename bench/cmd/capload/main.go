@@ -99,13 +99,17 @@ func run(addr string, nClients, workers, nConns int, d time.Duration, resource s
 		cs[i] = pb.NewCapacityClient(cn)
 	}
 	leases := make([]*pb.Lease, nClients)
+	ids := make([]string, nClients) // built once: the generator's own cost is CPU the server shares
+	for i := range ids {
+		ids[i] = fmt.Sprint("client-", i)
+	}
 	var mu []sync.Mutex = make([]sync.Mutex, nClients)
 	get := func(ctx context.Context, w, i int) error {
 		id := i % nClients
 		mu[id].Lock()
 		has := leases[id]
 		mu[id].Unlock()
-		resp, err := cs[w%nConns].GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: fmt.Sprint("client-", id),
+		resp, err := cs[w%nConns].GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: ids[id],
 			Resource: []*pb.ResourceRequest{{ResourceId: resource, Wants: float64(1 + id%200), Has: has}}})
 		if err != nil {
 			return err
