@@ -22,11 +22,15 @@ const watermarkHeader = "floodgate-capacity-watermark v1"
 // Called at start, before serving: if the file says leases may still be
 // outstanding (its watermark is after now), the table is in learning mode
 // until then; with no file, or a watermark passed, it grants at once. A
-// file that cannot be read or parsed is an error naming it.
+// file that cannot be read or parsed, or a directory that does not exist,
+// is an error naming it.
 func (s *Server) PersistLeases(file string) error {
 	until, err := ReadWatermark(file)
 	if err != nil {
 		return err
+	}
+	if fi, err := os.Stat(filepath.Dir(file)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("capacity state %s: its directory: not a directory (%v)", file, err)
 	}
 	if until.After(time.UnixMicro(s.clock.NowMicro())) {
 		s.table.StartLearningUntil(until)

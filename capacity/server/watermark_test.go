@@ -82,6 +82,9 @@ func TestWatermarkFile(t *testing.T) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
+	if err := server.New(config(), server.Options{}).PersistLeases(filepath.Join(dir, "no", "such.state")); err == nil {
+		t.Error("a state file in a missing directory: no error")
+	}
 	// Passed: a start after it grants at once.
 	server.WriteWatermark(f, epoch.Add(-time.Second))
 	h := startRLQS(t, config(resource(apiResource, 100, lease.FairShare)), server.RLQSOptions{})

@@ -166,7 +166,11 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	}
 	c.capacity.dataDir = c.dataDir
 	leases, err := c.capacity.start(srv.gs, metrics, srv.gl.Addr().String(), srv.tls, log)
-	if err != nil {
+	if err != nil { // nothing served yet: release the listeners and the stores
+		srv.gl.Close()
+		srv.hl.Close()
+		srv.al.Close()
+		st.close(log)
 		return err
 	}
 	if leases != nil {
