@@ -818,8 +818,10 @@ func (t *Table) Outstanding(resource string) float64 {
 	return 0
 }
 
-// Stats returns each resource's figures now, sorted by resource id.
-// Clients counts the direct clients (an intermediate server is one).
+// Stats returns each resource's figures now, sorted by resource id, under
+// the configuration live now (a Reload shows at once, not at the
+// resource's next request). Clients counts the direct clients (an
+// intermediate server is one).
 func (t *Table) Stats() []Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
