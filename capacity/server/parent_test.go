@@ -181,8 +181,14 @@ func TestParentReplicas(t *testing.T) {
 	}
 	gsB.Stop() // the master goes; the replica is elected
 	a.SetMastership(true, addrA)
+	var advanced time.Duration
 	waitUntil(t, "a lease from the new master", func() bool {
-		clk.Advance(100 * time.Millisecond) // past the retry after the failure
+		// Past the retry after the failure (1s), but never so far that the
+		// leases (60s) expire while a busy host delays the failover.
+		if advanced < 30*time.Second {
+			clk.Advance(100 * time.Millisecond)
+			advanced += 100 * time.Millisecond
+		}
 		return a.Outstanding("db") == 30
 	})
 	if g := cl.get(t, "db", 30); g != 30 {

@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"sync"
@@ -514,7 +516,11 @@ func TestRLQSCloseEndsStreams(t *testing.T) {
 		t.Fatalf("an open stream at Close: %v, want Unavailable (stopping)", err)
 	}
 	late := h.newEnvoy("envoy")
-	late.send(&rlqspb.RateLimitQuotaUsageReports{Domain: "envoy", BucketQuotaUsages: usages("api")})
+	// Send may already see the stream ended (io.EOF): the server refuses
+	// it at once; its status is what streamErr reads.
+	if err := late.stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "envoy", BucketQuotaUsages: usages("api")}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
 	if err := late.streamErr(); statusCode(err) != codes.Unavailable {
 		t.Fatalf("a stream after Close: %v, want Unavailable", err)
 	}

@@ -131,21 +131,33 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-func checkID(field, id string) error {
+// idProblem is what is wrong with an id, "" if nothing (no allocation
+// on the happy path: field names are formatted only for an error).
+func idProblem(id string) string {
 	switch {
 	case id == "":
-		return invalid("%s: empty", field)
+		return "empty"
 	case len(id) > MaxIDLength:
-		return invalid("%s: %d bytes, at most %d", field, len(id), MaxIDLength)
+		return fmt.Sprintf("%d bytes, at most %d", len(id), MaxIDLength)
 	case !utf8.ValidString(id):
-		return invalid("%s: not valid UTF-8", field)
+		return "not valid UTF-8"
+	}
+	return ""
+}
+
+func checkID(field, id string) error {
+	if p := idProblem(id); p != "" {
+		return invalid("%s: %s", field, p)
 	}
 	return nil
 }
 
+// amountOK accepts a finite amount ≥ 0.
+func amountOK(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
+
 // checkAmount accepts a finite amount ≥ 0.
 func checkAmount(field string, v float64) error {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+	if !amountOK(v) {
 		return invalid("%s: %v, want a finite number >= 0", field, v)
 	}
 	return nil
@@ -165,14 +177,43 @@ func checkLease(field string, l *pb.Lease) error {
 	if l == nil {
 		return nil
 	}
-	if err := checkAmount(field+".capacity", l.Capacity); err != nil {
-		return err
+	if !amountOK(l.Capacity) {
+		return checkAmount(field+".capacity", l.Capacity)
 	}
 	if l.Expiry != nil && l.Expiry.CheckValid() != nil {
 		return invalid("%s.expiry: %v", field, l.Expiry.CheckValid())
 	}
 	return nil
 }
+
+// leaseOK is checkLease without the error (the happy path's).
+func leaseOK(l *pb.Lease) bool {
+	return l == nil || amountOK(l.Capacity) && (l.Expiry == nil || l.Expiry.IsValid())
+}
+
+// dupID returns the index of an earlier resource with the id of
+// resource i (-1 if none): a scan for the few resources of a usual call,
+// a map beyond.
+func dupID(ids func(int) string, seen map[string]int, i int) int {
+	id := ids(i)
+	if seen == nil {
+		for j := range i {
+			if ids(j) == id {
+				return j
+			}
+		}
+		return -1
+	}
+	if j, ok := seen[id]; ok {
+		return j
+	}
+	seen[id] = i
+	return -1
+}
+
+// scanLimit is the most resources in a call checked for duplicates by a
+// scan rather than a map.
+const scanLimit = 8
 
 func (s *Server) validateGet(req *pb.GetCapacityRequest) error {
 	if err := checkID("client_id", req.ClientId); err != nil {
@@ -181,21 +222,23 @@ func (s *Server) validateGet(req *pb.GetCapacityRequest) error {
 	if err := s.checkCount(len(req.Resource)); err != nil {
 		return err
 	}
-	seen := make(map[string]bool, len(req.Resource))
+	var seen map[string]int
+	if len(req.Resource) > scanLimit {
+		seen = make(map[string]int, len(req.Resource))
+	}
+	ids := func(i int) string { return req.Resource[i].ResourceId }
 	for i, r := range req.Resource {
-		f := fmt.Sprintf("resource[%d]", i)
-		if err := checkID(f+".resource_id", r.ResourceId); err != nil {
-			return err
+		if p := idProblem(r.ResourceId); p != "" {
+			return invalid("resource[%d].resource_id: %s", i, p)
 		}
-		if seen[r.ResourceId] {
-			return invalid("%s.resource_id: %q named twice in one call", f, r.ResourceId)
+		if dupID(ids, seen, i) >= 0 {
+			return invalid("resource[%d].resource_id: %q named twice in one call", i, r.ResourceId)
 		}
-		seen[r.ResourceId] = true
-		if err := checkAmount(f+".wants", r.Wants); err != nil {
-			return err
+		if !amountOK(r.Wants) {
+			return checkAmount(fmt.Sprintf("resource[%d].wants", i), r.Wants)
 		}
-		if err := checkLease(f+".has", r.Has); err != nil {
-			return err
+		if !leaseOK(r.Has) {
+			return checkLease(fmt.Sprintf("resource[%d].has", i), r.Has)
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -35,6 +36,20 @@ type capacityConfig struct {
 	advertise   string // the address this replica advertises as master
 	electionKey string
 	etcdTTL     int
+	state       string // the lease watermark file (single server); "" : in the data directory
+	dataDir     string // serve's --data
+}
+
+// stateFile is the lease watermark file of a single server (none with
+// --etcd: a new master learns on election).
+func (c *capacityConfig) stateFile() string {
+	switch {
+	case c.etcd != "":
+		return ""
+	case c.state != "":
+		return c.state
+	}
+	return filepath.Join(c.dataDir, "capacity.state")
 }
 
 func (c *capacityConfig) register(fs *flag.FlagSet) {
@@ -45,6 +60,7 @@ func (c *capacityConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.etcd, "etcd", envString("ETCD", ""), "capacity leases: etcd client URLs, comma-separated; the replicas sharing them elect one master (needs --advertise) [FLOODGATE_ETCD]")
 	fs.StringVar(&c.advertise, "advertise", envString("ADVERTISE", ""), "capacity leases: the gRPC address clients reach this replica at, HOST:PORT, sent to them as the master's address [FLOODGATE_ADVERTISE]")
 	fs.StringVar(&c.electionKey, "election-key", envString("ELECTION_KEY", "/floodgate/capacity/master"), "capacity leases: the etcd key prefix of the master election; one per replicated service [FLOODGATE_ELECTION_KEY]")
+	fs.StringVar(&c.state, "capacity-state", envString("CAPACITY_STATE", ""), "capacity leases: the file where a single server (no --etcd) keeps its lease watermark, so that after a restart it does not grant again what its unexpired leases hold (default: capacity.state in --data) [FLOODGATE_CAPACITY_STATE]")
 	c.etcdTTL = envInt("ETCD_TTL", 5)
 	fs.IntVar(&c.etcdTTL, "etcd-ttl", c.etcdTTL, "capacity leases: the election session's TTL in seconds: how long a dead master stays master [FLOODGATE_ETCD_TTL]")
 }
@@ -57,6 +73,8 @@ func (c *capacityConfig) check() error {
 		return errors.New("serve: --parent-tls-ca needs --parent")
 	case c.etcd != "" && c.advertise == "":
 		return errors.New("serve: --etcd needs --advertise (the address clients are redirected to)")
+	case c.state != "" && (c.resources == "" || c.etcd != ""):
+		return errors.New("serve: --capacity-state needs --resources and no --etcd (replicas learn on election)")
 	case c.etcdTTL < 1:
 		return fmt.Errorf("serve: --etcd-ttl %d: want 1 or more", c.etcdTTL)
 	}
@@ -102,6 +120,11 @@ func (c *capacityConfig) start(gs *grpc.Server, metrics *service.Metrics, grpcAd
 		return nil, err
 	}
 	cs.srv = srv
+	if f := c.stateFile(); f != "" {
+		if err := srv.PersistLeases(f); err != nil {
+			return nil, fmt.Errorf("--capacity-state: %w", err)
+		}
+	}
 	srv.Register(gs)
 	if err := metrics.Register(srv.Collector()); err != nil {
 		return nil, err

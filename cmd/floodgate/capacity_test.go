@@ -195,9 +195,7 @@ func TestServeCapacity(t *testing.T) {
 	}
 	writeFile(t, file, resourcesFile(200, "10s", "1s"))
 	waitFor(t, "capacity 200 live", func() bool {
-		// A table applies a reload to a resource at its next request
-		// (lease.Table.Stats shows the old capacity until then).
-		a.refresh()
+		// No request meanwhile: the metric shows a reload at once.
 		return metricValue(t, s.http, `floodgate_capacity_capacity{resource="db"}`) == 200
 	})
 	a.refresh()

@@ -43,7 +43,7 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.register(fs, "overrides, memory-store snapshots, the example rules", "127.0.0.1:6070")
+	c.register(fs, "overrides, memory-store snapshots, the example rules, the capacity lease watermark", "127.0.0.1:6070")
 	c.registerMaxMemory(fs)
 	c.journal.register(fs)
 	fs.StringVar(&c.grpcAddr, "grpc-addr", envString("GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address, HOST:PORT (port 0: any free port) or unix:PATH [FLOODGATE_GRPC_ADDR]")
@@ -164,8 +164,13 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	c.capacity.dataDir = c.dataDir
 	leases, err := c.capacity.start(srv.gs, metrics, srv.gl.Addr().String(), srv.tls, log)
-	if err != nil {
+	if err != nil { // nothing served yet: release the listeners and the stores
+		srv.gl.Close()
+		srv.hl.Close()
+		srv.al.Close()
+		st.close(log)
 		return err
 	}
 	if leases != nil {

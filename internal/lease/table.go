@@ -143,7 +143,7 @@ type resState struct {
 	plans     []bandPlan
 	parts     []part // scratch for plan
 	dirty     bool
-	since     int     // wants changes since the plans were computed
+	since     int     // requests since the plans went dirty (a change of wants, a join, a leave)
 	churn     float64 // the sum of the wants' changes since then
 	fluxTo    int64   // demand is shifting until then (fast refresh for the unsatisfied)
 }
@@ -163,7 +163,11 @@ type Table struct {
 	n            int // entries
 	heap         expHeap
 	learnAt      int64
+	learnEnd     int64 // StartLearningUntil's end, 0 for StartLearning's
 	learning     bool
+	maxLease     int64                 // the longest lease length configured, in microseconds
+	wmark        int64                 // the persisted watermark: no lease granted ends after it
+	wsave        func(time.Time) error // SetWatermark's, nil: no watermark
 }
 
 // New returns a Table serving the resources of cfg (a Config from
@@ -177,7 +181,18 @@ func New(cfg *Config, opts Options) *Table {
 	if t.max <= 0 {
 		t.max = DefaultMaxClients
 	}
+	t.maxLease = longestLease(t.cfg)
 	return t
+}
+
+// longestLease is the longest lease length of a normalized cfg, in
+// microseconds.
+func longestLease(c *Config) int64 {
+	m := DefaultLeaseLength.Microseconds()
+	for _, r := range c.Resources {
+		m = max(m, r.LeaseLength.Microseconds())
+	}
+	return m
 }
 
 // normalize returns a copy of cfg with the defaults filled in.
@@ -243,7 +258,11 @@ func (t *Table) Get(client string, reqs []Request, out []Lease) ([]Lease, error)
 	for i := range reqs {
 		r := &reqs[i]
 		e := t.entry(client, r.Resource, now)
-		e.setParts(append(e.parts[:0], part{prio: r.Priority, wants: min(r.Wants, MaxCapacity), weight: 1}))
+		if p := (part{prio: r.Priority, wants: min(r.Wants, MaxCapacity), weight: 1}); len(e.parts) != 1 || !e.parts[0].same(p) {
+			e.setParts(append(e.parts[:0], p))
+		} else if e.rs.dirty {
+			e.rs.since++ // unchanged: not dirtying, but counting towards the replan of others' changes
+		}
 		out = append(out, t.grant(e, r.Has, now))
 	}
 	return out, nil
@@ -285,14 +304,37 @@ func (t *Table) GetServer(server string, reqs []Demand, out []Lease) ([]Lease, e
 	for i := range reqs {
 		d := &reqs[i]
 		e := t.entry(server, d.Resource, now)
-		ps := e.parts[:0]
-		for _, b := range d.Bands {
-			ps = append(ps, part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))})
+		if !sameBands(e.parts, d.Bands) {
+			ps := e.parts[:0]
+			for _, b := range d.Bands {
+				ps = append(ps, part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))})
+			}
+			e.setParts(ps)
+		} else if e.rs.dirty {
+			e.rs.since++
 		}
-		e.setParts(ps)
 		out = append(out, t.grant(e, d.Has, now))
 	}
 	return out, nil
+}
+
+// sameBands reports whether ps are the parts bands make (unchanged
+// demand: the plans stand).
+func sameBands(ps []part, bands []Band) bool {
+	if len(ps) != len(bands) || len(ps) == 0 {
+		return false
+	}
+	for i, b := range bands {
+		if !ps[i].same(part{prio: b.Priority, wants: min(b.Wants, MaxCapacity), weight: float64(max(1, b.Clients))}) {
+			return false
+		}
+	}
+	return true
+}
+
+// same reports whether p and q are the same demand.
+func (p part) same(q part) bool {
+	return p.prio == q.prio && p.wants == q.wants && p.weight == q.weight
 }
 
 // maxBands bounds the priority bands of one server demand.
@@ -353,6 +395,9 @@ func (t *Table) state(resource string) *resState {
 		rs.plans = rs.plans[:0] // replanned at the next target: the algorithm may have changed
 		if t.learning {
 			rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
+			if t.learnEnd != 0 {
+				rs.learnTo = t.learnEnd
+			}
 		}
 	}
 	return rs
@@ -372,7 +417,8 @@ func (t *Table) entry(client, resource string, now int64) *entry {
 	return e
 }
 
-// setParts replaces the entry's demand.
+// setParts replaces the entry's demand, marking the plans dirty: callers
+// skip it when the demand is unchanged.
 func (e *entry) setParts(ps []part) {
 	e.parts = ps
 	var w int64
@@ -425,6 +471,9 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	if g.exp <= now {
 		g = grant{0, now + rs.conf.LeaseLength.Microseconds()}
 	}
+	if g.exp > t.wmark && t.wsave != nil && !t.raiseWatermark(now, g.exp) {
+		g.units = 0 // not durably covered: a restart could not know of it
+	}
 	switch {
 	case has.Capacity == fromUnits(e.cur.units) && abs(h.exp-e.cur.exp) < 1000:
 		e.olds = e.olds[:0] // it holds the newest lease: older ones are superseded
@@ -442,6 +491,35 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	e.cur = g
 	t.recount(e, now)
 	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: refresh, Safe: t.safe(rs, capU)}
+}
+
+// raiseWatermark durably saves a new watermark, now + 2 × the longest
+// lease length (at least exp), before a lease ending at exp is granted, so
+// that saves come about once per lease length. It reports whether the save
+// succeeded.
+func (t *Table) raiseWatermark(now, exp int64) bool {
+	w := max(now+2*t.maxLease, exp)
+	if err := t.wsave(time.UnixMicro(w)); err != nil {
+		return false
+	}
+	t.wmark = w
+	return true
+}
+
+// SetWatermark makes the table keep a lease watermark: before granting any
+// lease that ends after the watermark (initially until), it calls save with
+// a new one, now + 2 × the longest lease length configured, which save must
+// write durably before it returns. If save fails, the lease is granted with
+// capacity 0. A server restarted from the saved watermark knows that no
+// lease it granted before ends after it (StartLearningUntil). save is
+// called with the table locked, about once per lease length.
+func (t *Table) SetWatermark(until time.Time, save func(until time.Time) error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.wmark, t.wsave = until.UnixMicro(), save
+	if until.IsZero() {
+		t.wmark = 0
+	}
 }
 
 // FastRefreshDivisor divides a resource's refresh interval for a lease in
@@ -612,6 +690,7 @@ func (t *Table) Reload(cfg *Config) {
 	t.mu.Lock()
 	t.cfg = c
 	t.gen++
+	t.maxLease = longestLease(c)
 	t.mu.Unlock()
 }
 
@@ -703,9 +782,26 @@ func (t *Table) sorted() []*resState {
 func (t *Table) StartLearning() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.learning, t.learnAt = true, t.clock.NowMicro()
+	t.learning, t.learnAt, t.learnEnd = true, t.clock.NowMicro(), 0
 	for _, rs := range t.res {
 		rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
+	}
+}
+
+// StartLearningUntil puts every resource in learning mode until end (as
+// StartLearning does, but to a fixed end): called on a restart when leases
+// granted before it may be outstanding until end (SetWatermark's saved
+// watermark). An end not after now changes nothing.
+func (t *Table) StartLearningUntil(end time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now, e := t.clock.NowMicro(), end.UnixMicro()
+	if e <= now {
+		return
+	}
+	t.learning, t.learnAt, t.learnEnd = true, now, e
+	for _, rs := range t.res {
+		rs.learnTo = e
 	}
 }
 
@@ -722,8 +818,10 @@ func (t *Table) Outstanding(resource string) float64 {
 	return 0
 }
 
-// Stats returns each resource's figures now, sorted by resource id.
-// Clients counts the direct clients (an intermediate server is one).
+// Stats returns each resource's figures now, sorted by resource id, under
+// the configuration live now (a Reload shows at once, not at the
+// resource's next request). Clients counts the direct clients (an
+// intermediate server is one).
 func (t *Table) Stats() []Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -731,6 +829,7 @@ func (t *Table) Stats() []Stats {
 	t.expire(now)
 	out := make([]Stats, 0, len(t.res))
 	for _, rs := range t.sorted() {
+		t.state(rs.id) // a Reload applies now, not at the resource's next request
 		s := Stats{Resource: rs.id, Capacity: fromUnits(t.capUnits(rs, now)), Granted: fromUnits(rs.held),
 			Clients: int64(len(rs.clients)), Learning: now < rs.learnTo}
 		for _, e := range rs.list {

@@ -605,3 +605,61 @@ func TestTableNoneBands(t *testing.T) {
 		t.Fatalf("hi %v lo %v, want 80 20", hi.Capacity, lo.Capacity)
 	}
 }
+
+// TestTableStatsAfterReload: Stats reports the new capacity as soon as
+// Reload returns, before the resource's next request.
+func TestTableStatsAfterReload(t *testing.T) {
+	tb, _ := newTable(t, oneResource(FairShare, 100, ""), Options{})
+	get(t, tb, "a", "r", 0, 10, Lease{})
+	if st := tb.Stats(); st[0].Capacity != 100 {
+		t.Fatalf("capacity %v", st[0].Capacity)
+	}
+	tb.Reload(mustConfig(t, oneResource(FairShare, 250, "")))
+	if st := tb.Stats(); st[0].Capacity != 250 {
+		t.Fatalf("capacity %v right after Reload, want 250", st[0].Capacity)
+	}
+}
+
+// TestTableUnchangedWantsKeepPlan: a refresh with unchanged wants (and
+// priority) does not mark the plans dirty, so steady refreshes never
+// recompute them (a recomputation sorts every client's wants); a change
+// of wants does.
+func TestTableUnchangedWantsKeepPlan(t *testing.T) {
+	tb, clk := newTable(t, oneResource(FairShare, 1000, ""), Options{})
+	const n = 1000
+	has := make([]Lease, n)
+	for round := range 3 {
+		for i := range n {
+			has[i] = get(t, tb, fmt.Sprint("c", i), "r", 0, float64(1+i%7), has[i])
+		}
+		clk.Advance(time.Second)
+		if round == 0 {
+			tb.replan(tb.res["r"]) // the joins are planned
+			continue
+		}
+		rs := tb.res["r"]
+		if rs.dirty || rs.since != 0 {
+			t.Fatalf("round %d of unchanged wants: plans dirty %v, %d changes counted", round, rs.dirty, rs.since)
+		}
+	}
+	get(t, tb, "c0", "r", 0, 3, has[0])
+	if rs := tb.res["r"]; !rs.dirty || rs.since != 1 {
+		t.Fatalf("a change of wants: dirty %v, %d changes", rs.dirty, rs.since)
+	}
+	// The others' unchanged refreshes still bring the replan of that
+	// change (within 1/32 of the clients' requests).
+	for i := 1; i <= n/16; i++ {
+		has[i] = get(t, tb, fmt.Sprint("c", i), "r", 0, float64(1+i%7), has[i])
+	}
+	if rs := tb.res["r"]; rs.dirty {
+		t.Fatalf("a change of wants not replanned after %d refreshes of others", n/16)
+	}
+	// GetServer too: unchanged bands keep the plans.
+	d := []Demand{{Resource: "r", Bands: []Band{{Priority: 0, Clients: 3, Wants: 5}}}}
+	tb.GetServer("s", d, nil)
+	tb.res["r"].dirty, tb.res["r"].since = false, 0
+	tb.GetServer("s", d, nil)
+	if rs := tb.res["r"]; rs.dirty {
+		t.Fatal("unchanged server bands dirtied the plans")
+	}
+}

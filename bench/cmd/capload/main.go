@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -50,14 +51,28 @@ func main() {
 	conns := flag.Int("conns", 4, "gRPC connections shared by the callers")
 	duration := flag.Duration("duration", 5*time.Second, "length of each measurement")
 	resource := flag.String("resource", "db", "the resource asked for")
+	pid := flag.Int("pid", 0, "the server's process id (with -addr, Linux): report its CPU time per request in each run, read from /proc")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process server's included) to this file")
 	flag.Parse()
-	if err := run(*addr, *clients, *workers, *conns, *duration, *resource); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "capload:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*addr, *clients, *workers, *conns, *duration, *resource, *pid); err != nil {
 		fmt.Fprintln(os.Stderr, "capload:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(addr string, nClients, workers, nConns int, d time.Duration, resource string) error {
+func run(addr string, nClients, workers, nConns int, d time.Duration, resource string, pid int) error {
 	var srv *server.Server
 	if addr == "" {
 		cfg, err := lease.ParseConfig("capload", []byte(resources))
@@ -85,13 +100,17 @@ func run(addr string, nClients, workers, nConns int, d time.Duration, resource s
 		cs[i] = pb.NewCapacityClient(cn)
 	}
 	leases := make([]*pb.Lease, nClients)
+	ids := make([]string, nClients) // built once: the generator's own cost is CPU the server shares
+	for i := range ids {
+		ids[i] = fmt.Sprint("client-", i)
+	}
 	var mu []sync.Mutex = make([]sync.Mutex, nClients)
 	get := func(ctx context.Context, w, i int) error {
 		id := i % nClients
 		mu[id].Lock()
 		has := leases[id]
 		mu[id].Unlock()
-		resp, err := cs[w%nConns].GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: fmt.Sprint("client-", id),
+		resp, err := cs[w%nConns].GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: ids[id],
 			Resource: []*pb.ResourceRequest{{ResourceId: resource, Wants: float64(1 + id%200), Has: has}}})
 		if err != nil {
 			return err
@@ -119,8 +138,23 @@ func run(addr string, nClients, workers, nConns int, d time.Duration, resource s
 		name string
 		f    func(context.Context, int, int) error
 	}{{"GetCapacity", get}, {"Discovery", discovery}, {"GetCapacity", get}} {
+		var cpu0 time.Duration
+		if pid > 0 {
+			var err error
+			if cpu0, err = cpuTime(pid); err != nil {
+				return err
+			}
+		}
 		r := measure(workers, d, m.f)
-		fmt.Printf("%-12s %9.0f requests/s  p50 %-9v p99 %-9v errors %d\n", m.name, r.perSec, r.p50, r.p99, r.errs)
+		fmt.Printf("%-12s %9.0f requests/s  p50 %-9v p99 %-9v errors %d", m.name, r.perSec, r.p50, r.p99, r.errs)
+		if pid > 0 {
+			cpu1, err := cpuTime(pid)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("  server CPU %.1f µs/request", float64((cpu1-cpu0).Microseconds())/float64(r.n))
+		}
+		fmt.Println()
 	}
 	if srv != nil {
 		if o := srv.Outstanding(resource); o > 100000+1e-6 {
@@ -133,6 +167,7 @@ func run(addr string, nClients, workers, nConns int, d time.Duration, resource s
 
 type result struct {
 	perSec   float64
+	n        int // requests answered
 	p50, p99 time.Duration
 	errs     int64
 }
@@ -164,7 +199,7 @@ func measure(workers int, d time.Duration, call func(context.Context, int, int) 
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	r := result{perSec: float64(len(all)) / el.Seconds(), errs: errs.Load()}
+	r := result{perSec: float64(len(all)) / el.Seconds(), n: max(1, len(all)), errs: errs.Load()}
 	if len(all) > 0 {
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
 	}
