@@ -79,12 +79,13 @@ type Options struct {
 type Server struct {
 	capacitypb.UnimplementedCapacityServer
 
-	file    string // the resources file, "" for New
-	opts    Options
-	clock   floodgate.Clock
-	log     *slog.Logger
-	table   *lease.Table
-	metrics *metrics
+	file      string // the resources file, "" for New
+	stateFile string // PersistLeases's watermark file, "" without
+	opts      Options
+	clock     floodgate.Clock
+	log       *slog.Logger
+	table     *lease.Table
+	metrics   *metrics
 
 	mu       sync.RWMutex
 	cfg      *lease.Config

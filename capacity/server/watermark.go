@@ -36,6 +36,7 @@ func (s *Server) PersistLeases(file string) error {
 		s.table.StartLearningUntil(until)
 		s.log.Info("capacity: leases granted before a restart may be outstanding: learning mode", "until", until, "state", file)
 	}
+	s.stateFile = file
 	s.table.SetWatermark(until, func(u time.Time) error {
 		err := WriteWatermark(file, u)
 		if err != nil {
@@ -44,6 +45,22 @@ func (s *Server) PersistLeases(file string) error {
 		return err
 	})
 	return nil
+}
+
+// SaveHorizon lowers the persisted watermark to the end of the last lease
+// a client may still hold (lease.Table.Horizon; the zero time when none),
+// for a server that has stopped granting (its gRPC server stopped): a
+// restart then learns only while leases are out, and not at all when the
+// clients released theirs. It does nothing without PersistLeases.
+func (s *Server) SaveHorizon() error {
+	if s.stateFile == "" {
+		return nil
+	}
+	h := s.table.Horizon()
+	if h.IsZero() {
+		h = time.UnixMicro(0) // nothing out: a watermark long passed
+	}
+	return WriteWatermark(s.stateFile, h)
 }
 
 // ReadWatermark reads a lease watermark file (PersistLeases); a missing

@@ -233,6 +233,18 @@ func (cs *capacityService) reload(force bool) {
 	cs.srv.Reload() // logs its error itself
 }
 
+// saveHorizon, once the gRPC server has stopped granting, lowers a single
+// server's lease watermark to what its clients may still hold, so that a
+// restart after a clean stop learns only while leases are out.
+func (cs *capacityService) saveHorizon() {
+	if cs == nil {
+		return
+	}
+	if err := cs.srv.SaveHorizon(); err != nil {
+		cs.log.Error("capacity: the lease horizon was not saved; a restart learns until the last watermark", "err", err)
+	}
+}
+
 // close resigns mastership (another replica takes over at once) and stops
 // the parent loop and the services sharing the table.
 func (cs *capacityService) close() {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	pb "github.com/floodgate/floodgate/capacity/capacitypb"
 )
 
 // TestServeCapacityRestart: a single server (no etcd) killed with SIGKILL
@@ -94,5 +97,54 @@ func TestServeCapacityStateFlag(t *testing.T) {
 	code = run([]string{"serve", "--resources", file, "--capacity-state", state, "--etcd", "http://127.0.0.1:1", "--advertise", "x:1"}, &out, &errb)
 	if code != 2 || !strings.Contains(errb.String(), "--capacity-state") {
 		t.Fatalf("--capacity-state with --etcd: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestServeCapacityCleanStop: a server stopped with SIGTERM lowers its
+// watermark to the end of the last lease still held, so a restart learns
+// only while leases are out. With every lease released before the stop, a
+// restart grants at once; with a lease still held, it learns (a newcomer
+// gets 0, the holder gets its lease back) and never grants past the
+// capacity.
+func TestServeCapacityCleanStop(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "resources.yaml")
+	writeFile(t, file, resourcesFile(100, "20s", "1s"))
+	data := filepath.Join(dir, "data")
+
+	s := startServer(t, "--resources", file, "--data", data)
+	a := newLeaseClient(t, "a", "db", 100, s.grpc)
+	if !a.refresh() || a.holds(time.Now()) != 100 {
+		t.Fatalf("first start: a holds %v, want 100", a.holds(time.Now()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := a.conn(s.grpc).ReleaseCapacity(ctx, &pb.ReleaseCapacityRequest{ClientId: "a", ResourceId: []string{"db"}})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stop(t)
+	s2 := startServer(t, "--resources", file, "--data", data)
+	b := newLeaseClient(t, "b", "db", 100, s2.grpc)
+	if !b.refresh() || b.holds(time.Now()) != 100 {
+		t.Fatalf("restart after a clean stop with nothing held: b holds %v, want 100 at once", b.holds(time.Now()))
+	}
+	if l := metricValue(t, s2.http, `floodgate_capacity_learning{resource="db"}`); l != 0 {
+		t.Fatalf("restart after a clean stop with nothing held: learning metric %v, want 0", l)
+	}
+
+	// b holds 100 through a clean stop: the restart learns.
+	s2.stop(t)
+	s3 := startServer(t, "--resources", file, "--data", data)
+	c := newLeaseClient(t, "c", "db", 100, s3.grpc)
+	if !c.refresh() || c.holds(time.Now()) != 0 {
+		t.Fatalf("restart with b's lease out: newcomer c got %v, want 0", c.holds(time.Now()))
+	}
+	b.addrs, b.at = []string{s3.grpc}, 0
+	if !b.refresh() || b.holds(time.Now()) != 100 {
+		t.Fatalf("restart with b's lease out: b got %v back, want 100", b.holds(time.Now()))
+	}
+	if sum := b.holds(time.Now()) + c.holds(time.Now()); sum > 100 {
+		t.Fatalf("b and c hold %v of 100", sum)
 	}
 }

@@ -180,6 +180,7 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	c.serveUntilStopped(ctx, log, loader, srv.errc, "floodgate serving")
 	leases.close() // resigns first: clients move to the next master while this one drains
 	srv.drain(c.drain)
+	leases.saveHorizon() // nothing is granted after the drain
 	st.close(log)
 	log.Info("stopped")
 	return nil

@@ -805,6 +805,39 @@ func (t *Table) StartLearningUntil(end time.Time) {
 	}
 }
 
+// Horizon returns when the last lease that a client may still hold ends:
+// the latest expiry of every unexpired lease the table granted (older ones
+// a lost response may have left included), and, after StartLearningUntil,
+// that end while it is ahead (leases granted before a restart). The zero
+// time when nothing may be held. A server that stops gracefully saves it
+// as its watermark, so that a restart learns only while leases are out.
+func (t *Table) Horizon() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.NowMicro()
+	t.expire(now)
+	var h int64
+	if t.learning && t.learnEnd > now {
+		h = t.learnEnd
+	}
+	for _, rs := range t.res {
+		for _, e := range rs.list {
+			if e.cur.live(now) {
+				h = max(h, e.cur.exp)
+			}
+			for _, g := range e.olds {
+				if g.live(now) {
+					h = max(h, g.exp)
+				}
+			}
+		}
+	}
+	if h == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(h)
+}
+
 // Outstanding returns the capacity of resource in unexpired leases now,
 // counting for each client the larger of its newest lease and any older
 // one it may still hold: the sum that never exceeds the capacity.

@@ -77,3 +77,36 @@ func TestTableStartLearningUntil(t *testing.T) {
 		t.Fatal("still learning after the watermark")
 	}
 }
+
+// Horizon is the end of the last lease a client may still hold: zero with
+// none, the newest lease's expiry, an older lease's when a lost response
+// may have left it out, the learning end after a restart, and zero again
+// once all have expired or been released.
+func TestTableHorizon(t *testing.T) {
+	tb, clk := newTable(t, oneResource(FairShare, 100, ""), Options{})
+	if h := tb.Horizon(); !h.IsZero() {
+		t.Fatalf("empty table: horizon %v, want zero", h)
+	}
+	l := get(t, tb, "a", "r", 0, 100, Lease{})
+	if h := tb.Horizon(); !h.Equal(l.Expiry) {
+		t.Fatalf("horizon %v, want the lease's expiry %v", h, l.Expiry)
+	}
+	clk.Advance(10 * time.Second)
+	l2 := get(t, tb, "b", "r", 0, 100, Lease{}) // a later lease
+	if h := tb.Horizon(); !h.Equal(l2.Expiry) {
+		t.Fatalf("horizon %v, want the latest expiry %v", h, l2.Expiry)
+	}
+	tb.Release("b", []string{"r"})
+	if h := tb.Horizon(); !h.Equal(l.Expiry) {
+		t.Fatalf("after b's release: horizon %v, want a's expiry %v", h, l.Expiry)
+	}
+	clk.Set(l.Expiry)
+	if h := tb.Horizon(); !h.IsZero() {
+		t.Fatalf("every lease expired: horizon %v, want zero", h)
+	}
+	end := l.Expiry.Add(time.Hour)
+	tb.StartLearningUntil(end)
+	if h := tb.Horizon(); !h.Equal(end) {
+		t.Fatalf("learning until %v: horizon %v", end, h)
+	}
+}
