@@ -59,8 +59,7 @@ type Clock interface {
 // Options configure a Queue. Zero values take the defaults named.
 type Options struct {
 	// Name names the queue: its Redis keys are "{floodgate:defer:NAME}:…"
-	// and its poll path PollPrefix + NAME + "/ID". Required; letters,
-	// digits, '-', '_' and '.' only.
+	// and its poll path PollPrefix + NAME + "/ID". Required (see CheckName).
 	Name string
 	// MaxLen bounds the requests queued and not yet delivered; Enqueue
 	// answers ErrFull beyond (default 10000).
@@ -109,14 +108,14 @@ func New(c rueidis.Client, o Options) (*Queue, error) {
 }
 
 // CheckName reports whether name can name a queue: 1 to 200 letters,
-// digits, '-', '_' and '.'.
+// digits, '-', '_', '.' and '/' (a limit's name, such as "web/orders").
 func CheckName(name string) error {
 	if name == "" || len(name) > 200 {
 		return errors.New("deferq: a queue name must be 1 to 200 characters")
 	}
 	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("deferq: queue name %q: only letters, digits, '-', '_' and '.'", name)
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == '/') {
+			return fmt.Errorf("deferq: queue name %q: only letters, digits, '-', '_', '.' and '/'", name)
 		}
 	}
 	return nil
