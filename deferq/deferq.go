@@ -160,6 +160,8 @@ func (q *Queue) Location(id string) string { return PollPrefix + q.o.Name + "/" 
 type entry struct {
 	Method string              `json:"m"`
 	URL    string              `json:"u"`
+	Host   string              `json:"host,omitempty"`
+	Remote string              `json:"ra,omitempty"` // the client's address, for the handler's RemoteAddr
 	Header map[string][]string `json:"h"`
 	Body   []byte              `json:"b"`
 	Token  string              `json:"t"` // the secret half of the poll id

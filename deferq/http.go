@@ -38,7 +38,7 @@ func (q *Queue) Enqueue(ctx context.Context, r *http.Request) (string, error) {
 			h[k] = v
 		}
 	}
-	return q.enqueue(ctx, &entry{Method: r.Method, URL: r.URL.RequestURI(), Header: h, Body: body})
+	return q.enqueue(ctx, &entry{Method: r.Method, URL: r.URL.RequestURI(), Host: r.Host, Remote: r.RemoteAddr, Header: h, Body: body})
 }
 
 // Accept enqueues r and answers 202 Accepted with Location: the poll path

@@ -119,7 +119,7 @@ func (q *Queue) deliver(ctx context.Context, x rueidis.XRangeEntry, d Deliver) e
 		r.Header = http.Header{}
 	}
 	r.Header.Set(IdempotencyHeader, x.ID)
-	r.RequestURI = e.URL
+	r.RequestURI, r.Host, r.RemoteAddr = e.URL, e.Host, e.Remote
 	res, err := d(ctx, r)
 	if err != nil {
 		return fmt.Errorf("deferq: delivering %s of %q (left pending): %w", x.ID, q.o.Name, err)
@@ -151,7 +151,6 @@ func ToHandler(h http.Handler, maxBody int64) Deliver {
 				res = &Result{Status: http.StatusInternalServerError, Body: []byte("handler panicked\n")}
 			}
 		}()
-		r.RemoteAddr = "deferq"
 		h.ServeHTTP(rec, r)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
@@ -170,7 +169,10 @@ func ToUpstream(client *http.Client, base string, maxBody int64) Deliver {
 		if err != nil {
 			return nil, err
 		}
-		out.Header = r.Header
+		out.Header, out.ContentLength = r.Header, r.ContentLength
+		if r.Host != "" {
+			out.Host = r.Host
+		}
 		resp, err := client.Do(out)
 		if err != nil {
 			return nil, err
