@@ -219,6 +219,9 @@ func parseIPHeaders(list string) ([]string, error) {
 // rules configuration and gives it to fp. State lives in the store.
 func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr overrides.Store, clientIP gate.ClientIP, log *slog.Logger) func(*rules.Config) error {
 	return func(cfg *rules.Config) error {
+		if err := noDeferRoutes(cfg); err != nil {
+			return err
+		}
 		limits, err := gate.FromRules(cfg)
 		if err != nil {
 			return err
@@ -235,6 +238,20 @@ func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr ov
 		log.Info("http routes live", "routes", len(limits))
 		return nil
 	}
+}
+
+// noDeferRoutes refuses rules with action defer, which the proxy does not
+// serve yet (the httplimit middleware does, with package deferq): such a
+// route would otherwise refuse 429 where its author meant to queue.
+func noDeferRoutes(cfg *rules.Config) error {
+	for _, d := range cfg.Domains() {
+		for _, rt := range d.HTTP() {
+			if rt.Action == "defer" {
+				return fmt.Errorf("%s:%d: http route %s: action defer is not served by floodgate proxy yet (the httplimit middleware serves it, with package deferq)", rt.File, rt.Line, rt.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // proxyAdmin returns the proxy's admin API: metrics, health, the
