@@ -305,8 +305,8 @@ func TestHostileInput(t *testing.T) {
 			t.Errorf("poll id %q: %d, want 404", b, st)
 		}
 	}
-	if st, _, _ := get(t, f.URL+deferq.PollPrefix+"other/"+id); st == http.StatusAccepted {
-		t.Errorf("poll through another queue's name answered 202")
+	if st, _, _ := get(t, f.URL+deferq.PollPrefix+"other/"+id); st != http.StatusNotFound {
+		t.Errorf("poll through another queue's name: %d, want 404", st)
 	}
 	if ok, err := q.Once(context.Background(), "w", deferq.ToHandler(&upstream{}, 10)); !ok || err != nil {
 		t.Fatal(ok, err)
