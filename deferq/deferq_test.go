@@ -422,3 +422,98 @@ func TestKilledWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestCutUpstreamBody: a response cut to the worker's bound is served
+// whole at the poll (the upstream's Content-Length is not replayed over
+// the shorter body).
+func TestCutUpstreamBody(t *testing.T) {
+	srv := redistest.Standalone(t)
+	q := newQueue(t, srv.Addr, deferq.Options{})
+	f := front(t, q)
+	us := httptest.NewServer(&upstream{})
+	defer us.Close()
+	locs := accept(t, f, 1)
+	if ok, err := q.Once(context.Background(), "w", deferq.ToUpstream(http.DefaultClient, us.URL, 5)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	st, body, _ := get(t, f.URL+locs[0])
+	if st != http.StatusCreated || body != "POST " {
+		t.Errorf("poll: %d %q; want 201 %q", st, body, "POST ")
+	}
+}
+
+// TestSharedRate: two workers on separate clients (two processes' worth)
+// share the queue's pace: with Interval 1s on one manual clock, their
+// deliveries come 1s apart, never together.
+func TestSharedRate(t *testing.T) {
+	srv := redistest.Standalone(t)
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	o := deferq.Options{Interval: time.Second, Clock: clk}
+	qa, qb := newQueue(t, srv.Addr, o), newQueue(t, srv.Addr, o)
+	accept(t, front(t, qa), 3)
+	up := &upstream{clk: clk}
+	d := deferq.ToHandler(up, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if ok, err := qa.Once(ctx, "a", d); !ok || err != nil { // slot 0: now
+		t.Fatal(ok, err)
+	}
+	errs := make(chan error, 2)
+	once := func(q *deferq.Queue, name string) {
+		_, err := q.Once(ctx, name, d)
+		errs <- err
+	}
+	go once(qb, "b")
+	if err := clk.WaitForSleepers(ctx, 1); err != nil { // b holds slot 1s
+		t.Fatal(err)
+	}
+	go once(qa, "a")
+	if err := clk.WaitForSleepers(ctx, 2); err != nil { // a holds slot 2s
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if clk.Sleepers() != 1 {
+		t.Fatalf("%d sleepers after the first slot, want 1: the other worker's slot is 1s later", clk.Sleepers())
+	}
+	clk.Advance(time.Second)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if len(up.at) != 3 || up.at[1]-up.at[0] != 1e6 || up.at[2]-up.at[1] != 1e6 {
+		t.Errorf("deliveries at %v (us), want 3, 1s apart", up.at)
+	}
+}
+
+// TestConcurrentAcceptBound: 40 concurrent requests against a queue of 10:
+// exactly 10 are accepted (202) and queued, the rest 503; never more.
+func TestConcurrentAcceptBound(t *testing.T) {
+	srv := redistest.Standalone(t)
+	q := newQueue(t, srv.Addr, deferq.Options{MaxLen: 10})
+	f := front(t, q)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 40 {
+		wg.Go(func() {
+			resp, err := http.Post(f.URL+"/orders", "text/plain", strings.NewReader(fmt.Sprint(i)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	n, err := q.Len(context.Background())
+	if codes[http.StatusAccepted] != 10 || codes[http.StatusServiceUnavailable] != 30 || n != 10 || err != nil {
+		t.Errorf("codes %v, Len %d (%v); want 10×202, 30×503, 10 queued", codes, n, err)
+	}
+}

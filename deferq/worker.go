@@ -125,6 +125,11 @@ func (q *Queue) deliver(ctx context.Context, x rueidis.XRangeEntry, d Deliver) e
 		return fmt.Errorf("deferq: delivering %s of %q (left pending): %w", x.ID, q.o.Name, err)
 	}
 	res.Token = e.Token
+	for k := range res.Header {
+		if hopHeaders[http.CanonicalHeaderKey(k)] {
+			delete(res.Header, k) // the body may be cut: its length is the poll's to set
+		}
+	}
 	return q.finish(ctx, x.ID, res)
 }
 
