@@ -436,9 +436,14 @@ func TestCutUpstreamBody(t *testing.T) {
 	if ok, err := q.Once(context.Background(), "w", deferq.ToUpstream(http.DefaultClient, us.URL, 5)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	st, body, _ := get(t, f.URL+locs[0])
-	if st != http.StatusCreated || body != "POST " {
-		t.Errorf("poll: %d %q; want 201 %q", st, body, "POST ")
+	resp, err := http.Get(f.URL + locs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || string(body) != "POST " || err != nil {
+		t.Errorf("poll: %d %q (%v); want 201 %q read whole", resp.StatusCode, body, err, "POST ")
 	}
 }
 
