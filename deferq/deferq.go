@@ -28,6 +28,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/clock"
@@ -204,4 +206,20 @@ func (q *Queue) enqueue(ctx context.Context, e *entry) (string, error) {
 // Len returns the number of requests queued and not yet delivered.
 func (q *Queue) Len(ctx context.Context) (int64, error) {
 	return q.c.Do(ctx, q.c.B().Xlen().Key(q.stream).Build()).AsInt64()
+}
+
+// Oldest returns when the oldest request still queued was accepted (by
+// Redis's clock, from its stream id), and false when none is: the queue's
+// age, for metrics.
+func (q *Queue) Oldest(ctx context.Context) (time.Time, bool, error) {
+	es, err := q.c.Do(ctx, q.c.B().Xrange().Key(q.stream).Start("-").End("+").Count(1).Build()).AsXRange()
+	if err != nil || len(es) == 0 {
+		return time.Time{}, false, err
+	}
+	ms, _, _ := strings.Cut(es[0].ID, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("deferq: stream id %q: %w", es[0].ID, err)
+	}
+	return time.UnixMilli(n), true, nil
 }

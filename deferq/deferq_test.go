@@ -173,6 +173,9 @@ func TestDeliversEach(t *testing.T) {
 	if ok, err := q.Once(context.Background(), "w1", d); ok || err != nil {
 		t.Errorf("Once on an empty queue = %v, %v; want false, nil", ok, err)
 	}
+	if _, ok, err := q.Oldest(context.Background()); ok || err != nil {
+		t.Errorf("Oldest on an empty queue = %v, %v; want false, nil", ok, err)
+	}
 }
 
 // TestSurvivesRestart: requests accepted by one process's queue (its
@@ -227,6 +230,9 @@ func TestFullQueue(t *testing.T) {
 	}
 	if n, _ := q.Len(context.Background()); n != 3 {
 		t.Fatalf("Len = %d after a refused request, want 3 (the refusal queued nothing)", n)
+	}
+	if at, ok, err := q.Oldest(context.Background()); !ok || err != nil || time.Since(at) > time.Hour || time.Since(at) < -time.Hour {
+		t.Errorf("Oldest = %v, %v, %v; want about now", at, ok, err)
 	}
 	if ok, err := q.Once(context.Background(), "w", deferq.ToHandler(&upstream{}, 100)); !ok || err != nil {
 		t.Fatal(ok, err)
