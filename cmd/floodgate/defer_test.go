@@ -1,16 +1,23 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/rules"
 )
 
-// TestProxyRefusesDeferRoutes: floodgate proxy does not queue yet, so a
-// rules file with action defer is refused at its route's line rather than
-// served as a silent 429.
-func TestProxyRefusesDeferRoutes(t *testing.T) {
+// TestProxyDeferNeedsRedis: a defer route on the memory store is refused
+// at its line (its queue is a Redis Stream), not served as a 429.
+func TestProxyDeferNeedsRedis(t *testing.T) {
 	dom, err := rules.Parse("edge.yaml", []byte("domain: edge\nhttp:\n  - name: orders\n    key: [remote_address]\n    action: defer\n    rate_limit: {unit: second, requests_per_unit: 2}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -19,7 +26,119 @@ func TestProxyRefusesDeferRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := noDeferRoutes(cfg); err == nil || !strings.HasPrefix(err.Error(), "edge.yaml:3: http route orders: action defer") {
+	dw := newDeferWorkers(nil, "http://127.0.0.1:1", 0, nil)
+	if _, err := dw.build(cfg, nil); err == nil || !strings.HasPrefix(err.Error(), "edge.yaml:3: http route orders: action defer needs --store redis") {
 		t.Errorf("got %v", err)
 	}
+}
+
+// deferRules: /orders/ over its limit is deferred. The hour rule makes
+// every request after the first one over it; the first rule's rate (5/s)
+// paces the deliveries.
+const deferRules = `domain: edge
+http:
+  - name: orders
+    match: {path_prefix: /orders/}
+    key: [remote_address]
+    action: defer
+    rate_limits:
+      - {unit: second, requests_per_unit: 5, algorithm: token_bucket}
+      - {unit: hour, requests_per_unit: 1, algorithm: token_bucket}
+    defer: {max_queue: 100, result_ttl: 10m}
+`
+
+// TestProxyDeferSurvivesKill: floodgate proxy answers requests over a
+// defer route 202 with a Location; its worker takes the first one to the
+// upstream, which holds it unanswered, and the proxy is killed with
+// SIGKILL. A new proxy process on the same Redis delivers every deferred
+// request (the held one again, with the same Idempotency-Key, after
+// --defer-claim-idle), and serves their responses at the Locations the
+// dead one gave.
+func TestProxyDeferSurvivesKill(t *testing.T) {
+	srv := redistest.Standalone(t)
+	var hold atomic.Bool
+	hold.Store(true)
+	held := make(chan string, 1)
+	var mu sync.Mutex
+	seen := map[string]int{} // deliveries by Idempotency-Key
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		key := r.Header.Get("Idempotency-Key")
+		if key != "" {
+			mu.Lock()
+			seen[key]++
+			mu.Unlock()
+			if hold.Load() {
+				select {
+				case held <- key:
+				default:
+				}
+				<-r.Context().Done()
+				return
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done "+r.URL.Path+" "+string(b)) //nolint:errcheck
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", deferRules)
+	args := []string{"--store", "redis://" + srv.Addr, "--defer-claim-idle", "1s"}
+	a := startProxy(t, up.URL, dir, args...)
+	base := "http://" + a.addrs["proxy"]
+	post := func(path, body string) *http.Response {
+		resp, err := http.Post(base+path, "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		return resp
+	}
+	if resp := post("/orders/first", "b0"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("first request: %d, want 201 from the upstream", resp.StatusCode)
+	}
+	var locs []string
+	for i := 1; i <= 3; i++ {
+		resp := post("/orders/x", fmt.Sprint("b", i))
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(loc, "/_floodgate/deferred/") {
+			t.Fatalf("request %d over the limit: %d Location %q; want 202\n%s", i, resp.StatusCode, loc, a.logs())
+		}
+		locs = append(locs, loc)
+	}
+	if st, _, _ := proxyGet(t, base+locs[2]); st != http.StatusAccepted {
+		t.Errorf("poll before delivery: %d, want 202", st)
+	}
+	var heldKey string
+	select {
+	case heldKey = <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the proxy's worker delivered nothing\n%s", a.logs())
+	}
+	a.cmd.Process.Kill() //nolint:errcheck
+	<-a.done
+	hold.Store(false)
+
+	b := startProxy(t, up.URL, dir, args...)
+	bbase := "http://" + b.addrs["proxy"]
+	redistest.WaitFor(t, 20*time.Second, "every deferred request delivered after the restart", func() bool {
+		for _, l := range locs {
+			if st, _, _ := proxyGet(t, bbase+l); st != http.StatusCreated {
+				return false
+			}
+		}
+		return true
+	})
+	for i, l := range locs {
+		if st, _, body := proxyGet(t, bbase+l); body != fmt.Sprint("done /orders/x b", i+1) {
+			t.Errorf("poll %d: %d %q", i+1, st, body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 || seen[heldKey] < 2 {
+		t.Errorf("deliveries by key %v; want the 3 requests, the held one (%s) at least twice", seen, heldKey)
+	}
+	b.stop(t)
 }
