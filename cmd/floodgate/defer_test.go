@@ -142,3 +142,57 @@ func TestProxyDeferSurvivesKill(t *testing.T) {
 	}
 	b.stop(t)
 }
+
+// TestProxyDeferHostile: through the binary, a body over max_body is 413,
+// a full queue 503 with Retry-After, malformed or foreign poll ids 404,
+// and the proxy keeps serving.
+func TestProxyDeferHostile(t *testing.T) {
+	srv := redistest.Standalone(t)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") != "" {
+			select { // hold deliveries: the queue stays full
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(w, "ok") //nolint:errcheck
+	}))
+	defer up.Close()
+	defer close(release)
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", strings.Replace(deferRules, "defer: {max_queue: 100, result_ttl: 10m}", "defer: {max_queue: 2, max_body: 1024}", 1))
+	p := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
+	base := "http://" + p.addrs["proxy"]
+	post := func(body string) *http.Response {
+		resp, err := http.Post(base+"/orders/x", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		return resp
+	}
+	post("first") // under the limit
+	if resp := post(strings.Repeat("x", 200<<10)); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("200 KiB body over max_body 1024: %d, want 413", resp.StatusCode)
+	}
+	for i := range 2 {
+		if resp := post("small"); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("deferred %d: %d, want 202", i, resp.StatusCode)
+		}
+	}
+	if resp := post("small"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("full queue: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	for _, path := range []string{"/_floodgate/deferred/", "/_floodgate/deferred/edge/orders/", "/_floodgate/deferred/edge/orders/1-1",
+		"/_floodgate/deferred/edge/orders/1-1.000000000000000000000000", "/_floodgate/deferred/nope/1-1.000000000000000000000000",
+		"/_floodgate/deferred/" + strings.Repeat("a/", 3000) + "x", "/_floodgate/deferred/edge/orders/%ff%00"} {
+		if st, _, _ := proxyGet(t, base+path); st != http.StatusNotFound {
+			t.Errorf("poll %.60q: %d, want 404", path, st)
+		}
+	}
+	if st, _, _ := proxyGet(t, base+"/healthz-not-limited"); st != http.StatusOK {
+		t.Errorf("the proxy stopped serving: %d", st)
+	}
+}
