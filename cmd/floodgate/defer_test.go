@@ -187,7 +187,7 @@ func TestProxyDeferHostile(t *testing.T) {
 	}
 	for _, path := range []string{"/_floodgate/deferred/", "/_floodgate/deferred/edge/orders/", "/_floodgate/deferred/edge/orders/1-1",
 		"/_floodgate/deferred/edge/orders/1-1.000000000000000000000000", "/_floodgate/deferred/nope/1-1.000000000000000000000000",
-		"/_floodgate/deferred/" + strings.Repeat("a/", 3000) + "x", "/_floodgate/deferred/edge/orders/%ff%00"} {
+		"/_floodgate/deferred/" + strings.Repeat("a/", 3000) + "x", "/_floodgate/deferred/edge/orders/%ff%00", "/_floodgate/deferred/../..", "/_floodgate/deferred/%2e%2e/%2e%2e/x"} {
 		if st, _, _ := proxyGet(t, base+path); st != http.StatusNotFound {
 			t.Errorf("poll %.60q: %d, want 404", path, st)
 		}

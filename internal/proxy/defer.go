@@ -48,20 +48,25 @@ func (p *Proxy) deferQueue(v *gate.Verdict) *deferq.Queue {
 	return nil
 }
 
-// pollPath reports whether path is under deferq.PollPrefix while the
-// proxy has queues.
-func (p *Proxy) pollPath(path []byte) bool {
-	return p.defers.Load() != nil && bytes.HasPrefix(path, s2b(deferq.PollPrefix))
+// isPoll reports whether the request's target is under deferq.PollPrefix
+// while the proxy has queues. It reads the raw request-target: parsing
+// the URI (ctx.Path) before decide has set a missing Host would keep the
+// URI without it.
+func (p *Proxy) isPoll(ctx *fasthttp.RequestCtx) bool {
+	return p.defers.Load() != nil && bytes.HasPrefix(ctx.Request.Header.RequestURI(), s2b(deferq.PollPrefix))
 }
 
 // servePoll answers a poll of a deferred request: 202 pending, the
 // stored response, 404 unknown or expired, 503 Redis unavailable.
 func (p *Proxy) servePoll(ctx *fasthttp.RequestCtx) {
 	ds := p.defers.Load()
-	rest := string(ctx.Path()[len(deferq.PollPrefix):])
+	// The raw target had the prefix; the normalized path ("/../" taken
+	// out) may not.
+	restb, ok := bytes.CutPrefix(ctx.Path(), s2b(deferq.PollPrefix))
+	rest := string(restb)
 	i := strings.LastIndexByte(rest, '/')
 	var q *deferq.Queue
-	if ds != nil && i > 0 && (ctx.IsGet() || ctx.IsHead()) {
+	if ds != nil && ok && i > 0 && (ctx.IsGet() || ctx.IsHead()) {
 		q = ds.byName[rest[:i]]
 	}
 	resp := &ctx.Response

@@ -48,7 +48,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	pc := peerOf(ctx)
 	pend := pc.pend
 	pc.pend = pendingVerdict{}
-	if p.pollPath(ctx.Path()) {
+	if p.isPoll(ctx) {
 		if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
 			bad.answer(ctx)
 		} else {
@@ -137,7 +137,7 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	if pc.header != headerUnchecked {
 		pc.header = headerRead // what Read reads now is the body's
 	}
-	if p.pollPath(ctx.Path()) {
+	if p.isPoll(ctx) {
 		return fasthttp.RequestConfig{} // serve answers it, with no limit
 	}
 	v, bad := p.decide(ctx, pc)
