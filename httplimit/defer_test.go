@@ -90,33 +90,8 @@ func TestDeferAction(t *testing.T) {
 	s := httptest.NewServer(mw.Handler(next))
 	defer s.Close()
 
-	do := func(method, path string) *http.Response {
-		req, _ := http.NewRequest(method, s.URL+path, strings.NewReader("payload"))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
-		resp.Body.Close()
-		return resp
-	}
-	for i := range 2 {
-		if st := do("POST", "/orders/direct").StatusCode; st != http.StatusCreated {
-			t.Fatalf("request %d under the limit: %d, want 201 from the handler", i, st)
-		}
-	}
-	var locs []string
-	for i := range 2 {
-		resp := do("POST", "/orders/later")
-		loc := resp.Header.Get("Location")
-		if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(loc, httplimit.DeferPollPrefix+l.Name+"/") {
-			t.Fatalf("request %d over the limit: %d Location %q, want 202 and a poll location", i, resp.StatusCode, loc)
-		}
-		locs = append(locs, loc)
-	}
-	if resp := do("POST", "/orders/later"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("over the limit with the queue full: %d, want 503 with Retry-After", resp.StatusCode)
-	}
+	do := func(method, path string) *http.Response { return doBody(t, method, s.URL+path) }
+	locs := fillQueue(t, do, l.Name)
 	for _, loc := range locs {
 		if st := do("GET", loc).StatusCode; st != http.StatusAccepted {
 			t.Fatalf("poll %s before delivery: %d, want 202", loc, st)
@@ -131,6 +106,46 @@ func TestDeferAction(t *testing.T) {
 	}
 	mu.Unlock()
 
+	deliverPaced(t, q, qclk, next)
+	for _, loc := range locs {
+		checkBody(t, s.URL+loc, http.StatusCreated, "done /orders/later")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 4 || keys[2] == "" || keys[3] == "" || keys[2] == keys[3] {
+		t.Errorf("idempotency keys seen: %q; want the two deliveries' distinct keys", keys)
+	}
+}
+
+// fillQueue sends 2 requests under the limit (201 from the handler), 2
+// over it (202 and a poll Location of queue name) and one more (503: the
+// queue of 2 is full); it returns the Locations.
+func fillQueue(t *testing.T, do func(method, path string) *http.Response, name string) []string {
+	t.Helper()
+	for i := range 2 {
+		if st := do("POST", "/orders/direct").StatusCode; st != http.StatusCreated {
+			t.Fatalf("request %d under the limit: %d, want 201 from the handler", i, st)
+		}
+	}
+	var locs []string
+	for i := range 2 {
+		resp := do("POST", "/orders/later")
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(loc, httplimit.DeferPollPrefix+name+"/") {
+			t.Fatalf("request %d over the limit: %d Location %q, want 202 and a poll location", i, resp.StatusCode, loc)
+		}
+		locs = append(locs, loc)
+	}
+	if resp := do("POST", "/orders/later"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the limit with the queue full: %d, want 503 with Retry-After", resp.StatusCode)
+	}
+	return locs
+}
+
+// deliverPaced has one worker deliver two requests of q to next, the
+// second exactly 500ms of qclk after the first (not at 499ms).
+func deliverPaced(t *testing.T, q *deferq.Queue, qclk *clock.Manual, next http.Handler) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	deliver := deferq.ToHandler(next, 1<<20)
@@ -150,21 +165,32 @@ func TestDeferAction(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for _, loc := range locs {
-		resp, err := http.Get(s.URL + loc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated || string(b) != "done /orders/later" {
-			t.Errorf("poll %s after delivery: %d %q", loc, resp.StatusCode, b)
-		}
+}
+
+// doBody sends a request with a small body and drains the answer.
+func doBody(t *testing.T, method, url string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader("payload"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(keys) != 4 || keys[2] == "" || keys[3] == "" || keys[2] == keys[3] {
-		t.Errorf("idempotency keys seen: %q; want the two deliveries' distinct keys", keys)
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	return resp
+}
+
+// checkBody GETs url and wants status and body.
+func checkBody(t *testing.T, url string, status int, body string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != status || string(b) != body {
+		t.Errorf("GET %s: %d %q, want %d %q", url, resp.StatusCode, b, status, body)
 	}
 }
 
