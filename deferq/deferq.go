@@ -40,8 +40,9 @@ import (
 // PollPrefix + queue name + "/" + id.
 const PollPrefix = "/_floodgate/deferred/"
 
-// IdempotencyHeader is the header a delivered request carries: the entry's
-// id, the same on every delivery of one request.
+// IdempotencyHeader is the header a delivered request carries: the
+// queue's name, "/" and the entry's stream id ("orders/1764200000000-0"),
+// the same on every delivery of one request and distinct across queues.
 const IdempotencyHeader = "Idempotency-Key"
 
 var (

@@ -130,7 +130,13 @@ func accept(t testing.TB, s *httptest.Server, n int) []string {
 }
 
 func idOf(loc string) string { return loc[strings.LastIndexByte(loc, '/')+1:] }
-func keyOf(loc string) string {
+
+// keyOf is the Idempotency-Key of the request polled at loc (a queue
+// named "orders").
+func keyOf(loc string) string { return "orders/" + sidOf(loc) }
+
+// sidOf is the stream id in the poll location loc.
+func sidOf(loc string) string {
 	id := idOf(loc)
 	return id[:strings.IndexByte(id, '.')]
 }
@@ -303,7 +309,7 @@ func TestHostileInput(t *testing.T) {
 	locs := accept(t, f, 1)
 	id := idOf(locs[0])
 	bad := []string{"", ".", "x", "0-0", "0-0.", "-.", "1-1.zz", id + "0", strings.ToUpper(id),
-		keyOf(locs[0]) + ".000000000000000000000000", "99999999999999999999999-1." + id[len(keyOf(locs[0]))+1:],
+		sidOf(locs[0]) + ".000000000000000000000000", "99999999999999999999999-1." + id[len(sidOf(locs[0]))+1:],
 		strings.Repeat("9", 5000) + "-1.abc", "1-1.%00", "../../etc", "1-1..", "１-1.aaaaaaaaaaaaaaaaaaaaaaaa"}
 	for _, b := range bad {
 		st, _, _ := get(t, f.URL+deferq.PollPrefix+"orders/"+strings.ReplaceAll(b, "%", "%25"))

@@ -118,7 +118,7 @@ func (q *Queue) deliver(ctx context.Context, x rueidis.XRangeEntry, d Deliver) e
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
-	r.Header.Set(IdempotencyHeader, x.ID)
+	r.Header.Set(IdempotencyHeader, q.o.Name+"/"+x.ID) // stream ids repeat across queues
 	r.RequestURI, r.Host, r.RemoteAddr = e.URL, e.Host, e.Remote
 	res, err := d(ctx, r)
 	if err != nil {
