@@ -87,6 +87,19 @@ var actionSpecs = [...]actionSpec{
 	Delay:    {local: true, fields: (*limit).checkDelay},
 	Redirect: {fields: (*limit).checkRedirect},
 	Shadow:   {},
+	Defer:    {fields: (*limit).checkDefer},
+}
+
+// checkDefer checks a Defer action's policy (which paces its deliveries)
+// and bounds.
+func (l *limit) checkDefer() error {
+	if l.Policy == nil {
+		return errors.New("action: defer needs the limit's own policy (a rules file route's own rate_limit): its rate paces the queued requests' delivery")
+	}
+	if d := l.Defer; d.MaxQueue < 0 || d.MaxBody < 0 || d.ResultTTL < 0 {
+		return errors.New("defer: negative bound")
+	}
+	return nil
 }
 
 // compileAction checks the limit's action and the fields it reads.

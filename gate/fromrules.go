@@ -51,6 +51,7 @@ func routeLimit(domain, name string, rt *rules.HTTPRoute) (Limit, bool, error) {
 		Redirect:       rt.Redirect,
 		RedirectStatus: rt.RedirectStatus,
 		Ban:            BanRule{Threshold: rt.Ban.Threshold, Interval: rt.Ban.Interval, Duration: rt.Ban.Duration},
+		Defer:          DeferRule{MaxQueue: rt.Defer.MaxQueue, MaxBody: rt.Defer.MaxBody, ResultTTL: rt.Defer.ResultTTL},
 		ExemptNets:     rt.ExemptCIDRs,
 		Action:         Deny,
 	}

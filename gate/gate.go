@@ -48,9 +48,15 @@ const (
 	Redirect
 	// Shadow counts, logs and adds headers, and never refuses.
 	Shadow
+	// Defer refuses the request here, and the middleware queues it for
+	// later: 202 Accepted with a location to poll, delivery at the
+	// limit's rate by a worker (package deferq; httplimit.Options.Defer
+	// names the queue of each Defer limit). It needs the limit's own
+	// Policy, whose first rule's rate paces the deliveries.
+	Defer
 )
 
-var actionNames = [...]string{"deny", "ban", "delay", "redirect", "shadow"}
+var actionNames = [...]string{"deny", "ban", "delay", "redirect", "shadow", "defer"}
 
 // String returns the action's name, as rules files write it.
 func (a Action) String() string {
@@ -67,7 +73,7 @@ func ParseAction(s string) (Action, error) {
 			return Action(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown action %q (want deny, ban, delay, redirect or shadow)", s)
+	return 0, fmt.Errorf("unknown action %q (want deny, ban, delay, redirect, shadow or defer)", s)
 }
 
 // BanRule is a Ban action's threshold and duration: a key that sends more
@@ -77,6 +83,28 @@ type BanRule struct {
 	Threshold int64         // requests a key may send in one Interval, at least 1; the next one bans it
 	Interval  time.Duration // the fixed window the requests are counted in, at least 1s
 	Duration  time.Duration // how long a ban lasts after the end of its Interval, at least 1s
+}
+
+// DeferRule bounds a Defer action's queue; zero fields take package
+// deferq's defaults.
+type DeferRule struct {
+	MaxQueue  int64         // requests queued and not yet delivered (beyond: 503)
+	MaxBody   int64         // bytes of a queued body (beyond: 413)
+	ResultTTL time.Duration // how long a delivered request's response is kept for polling
+}
+
+// DeferInterval is the gap between two deliveries of a Defer limit's
+// queue: its policy's first rule's period over its limit (0 without a
+// policy).
+func (l *Limit) DeferInterval() time.Duration {
+	if l.Policy == nil {
+		return 0
+	}
+	rs := l.Policy.Rules()
+	if len(rs) == 0 || rs[0].Limit <= 0 {
+		return 0
+	}
+	return rs[0].Period / time.Duration(rs[0].Limit)
 }
 
 // Match selects the requests a limit applies to; every condition given
@@ -125,6 +153,8 @@ type Limit struct {
 	RedirectStatus int // a Redirect action's status: 301, 302 (the default), 303, 307 or 308
 	// Ban is a Ban action's threshold.
 	Ban BanRule
+	// Defer is a Defer action's queue bounds.
+	Defer DeferRule
 	// ExemptKeys are keys (the parts' values joined by '|') never limited.
 	ExemptKeys []string
 	// ExemptNets are client networks never limited.

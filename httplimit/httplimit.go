@@ -44,6 +44,15 @@ type Options struct {
 	// Observe, when set, sees every verdict (for metrics and logs); it
 	// must not keep v, which is recycled.
 	Observe func(r *http.Request, v *gate.Verdict)
+	// Defer holds the queue of each limit with action gate.Defer, by
+	// limit name (a *deferq.Queue, whose Interval should be the limit's
+	// DeferInterval); New fails if one is missing. A request over such a
+	// limit is queued and answered 202 Accepted with a Location under
+	// DeferPollPrefix, which Handler answers on the same listener
+	// before any limit applies. Workers delivering the queue
+	// (deferq.Queue.Run with deferq.ToHandler(next) or ToUpstream) are the
+	// caller's to run.
+	Defer map[string]Deferrer
 }
 
 // Middleware limits requests. It is safe for concurrent use.
@@ -52,6 +61,8 @@ type Middleware struct {
 	legacy  bool
 	render  func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
 	observe func(r *http.Request, v *gate.Verdict)
+	defers  map[string]Deferrer // by limit name
+	polls   map[string]Deferrer // by queue name
 }
 
 // New builds the middleware.
@@ -60,7 +71,12 @@ func New(opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{gate: g, legacy: opts.Legacy, render: opts.Render, observe: opts.Observe}, nil
+	polls, err := checkDefer(g, opts.Defer)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return &Middleware{gate: g, legacy: opts.Legacy, render: opts.Render, observe: opts.Observe, defers: opts.Defer, polls: polls}, nil
 }
 
 // Gate returns the middleware's gate (to lift bans, say).
@@ -77,6 +93,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // ServeNext limits one request to next: next serves it if it passes, else
 // the refusal is written. Handler(next) is ServeNext bound to next.
 func (m *Middleware) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.polls != nil && m.servePoll(w, r) {
+		return
+	}
 	v := verdicts.Get().(*gate.Verdict)
 	m.Serve(w, r, v)
 	if m.observe != nil {
@@ -112,6 +131,12 @@ func (m *Middleware) Serve(w http.ResponseWriter, r *http.Request, v *gate.Verdi
 	if o != nil && o.Limit.Action == gate.Redirect && !v.StoreUnavailable() {
 		http.Redirect(w, r, o.Limit.Redirect, o.Limit.RedirectStatus)
 		return
+	}
+	if o != nil && o.Limit.Action == gate.Defer && !v.StoreUnavailable() {
+		if q := m.defers[o.Limit.Name]; q != nil {
+			q.Accept(w, r)
+			return
+		}
 	}
 	if m.render != nil {
 		m.render(w, r, v)

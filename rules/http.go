@@ -28,7 +28,7 @@ type HTTPRoute struct {
 	Path       string        // match.path: a pattern, must start with "/"; "*" matches one path segment, a trailing "/**" matches any rest (including nothing); otherwise exact
 	Methods    []string      // match.methods: uppercased; must be tokens
 	Key        []HTTPKeyPart // `key`: the descriptor's entries, in order; at least one
-	Action     string        // `action`: "deny" (default), "ban", "delay", "redirect", "shadow"
+	Action     string        // `action`: "deny" (default), "ban", "delay", "redirect", "shadow", "defer"
 	// Status is `status`: the status of a refused request, 400..599. It
 	// defaults to 429 for the actions that refuse (deny, ban and delay) and
 	// is 0 for redirect and shadow, which refuse nothing.
@@ -37,6 +37,7 @@ type HTTPRoute struct {
 	Redirect       string         // `redirect`: an absolute http(s) URL or a path starting with "/", required for action redirect
 	RedirectStatus int            // `redirect_status`: 301, 302 (default), 303, 307, 308; 0 unless action redirect
 	Ban            HTTPBan        // `ban`: required for action ban, refused otherwise
+	Defer          HTTPDefer      // `defer`: optional for action defer (defaults below), refused otherwise
 	Cost           int64          // `cost`: hits per request, default 1, 1..1e9
 	ExemptCIDRs    []netip.Prefix // `exempt_cidrs`: client addresses never limited (a bare IP means a /32 or /128)
 	// Limit is set when the route carries its own `rate_limit` (or `rate_limits`)
@@ -64,6 +65,15 @@ type HTTPBan struct {
 	Duration  time.Duration // `duration` >= 1s (at most 365 days)
 }
 
+// HTTPDefer is a defer action's queue: a request over the route's limit
+// is answered 202 Accepted and queued on Redis, and delivered later at the
+// route's rate (package deferq). Zero fields take deferq's defaults.
+type HTTPDefer struct {
+	MaxQueue  int64         // `max_queue`: requests queued and not yet delivered, 1..1e7 (default 10000); beyond, 503
+	MaxBody   int64         // `max_body`: bytes of a queued request's body, 0..64 MiB (default 1 MiB); beyond, 413
+	ResultTTL time.Duration // `result_ttl`: how long a delivered request's response is kept for polling, 1s..7d (default 10m)
+}
+
 // An HTTPKeyPart is one entry of the route's descriptor.
 type HTTPKeyPart struct {
 	Kind    string // "remote_address", "header", "cookie", "query", "path", "method", "host", "generic"
@@ -79,12 +89,13 @@ func (d *Domain) HTTP() []*HTTPRoute { return append([]*HTTPRoute(nil), d.http..
 // the parser's tables read: TestFieldListsMatchTables)
 var (
 	httpFields = []string{"name", "match", "key", "action", "status", "max_delay", "redirect", "redirect_status",
-		"ban", "cost", "exempt_cidrs", "rate_limit", "rate_limits"}
+		"ban", "defer", "cost", "exempt_cidrs", "rate_limit", "rate_limits"}
 	httpMatchFields = []string{"host", "path_prefix", "path", "methods"}
 	httpBanFields   = []string{"threshold", "interval", "duration"}
+	httpDeferFields = []string{"max_queue", "max_body", "result_ttl"}
 	httpNamedKinds  = []string{"header", "cookie", "query", "generic"}
 	httpBareKinds   = []string{"remote_address", "path", "method", "host"}
-	httpActions     = []string{"deny", "ban", "delay", "redirect", "shadow"}
+	httpActions     = []string{"deny", "ban", "delay", "redirect", "shadow", "defer"}
 )
 
 // Bounds of the http section's durations.
@@ -246,7 +257,7 @@ func (p *parser) routeActionName(r *parsedRoute, rs *routeSpec, f *field, path s
 		if s = strings.ToLower(s); contains(httpActions, s) {
 			r.Action = s
 		} else {
-			p.add(f.val.Line, path, "unknown action %q (want deny, ban, delay, redirect or shadow)", s)
+			p.add(f.val.Line, path, "unknown action %q (want deny, ban, delay, redirect, shadow or defer)", s)
 			ok = false
 		}
 	}
@@ -279,7 +290,7 @@ type actionField struct {
 // they are checked.
 var actionFields = []actionField{
 	{name: "status", actions: []string{"deny", "ban", "delay"}, read: (*parser).routeStatus,
-		refuse: "action %s refuses no request, so it has no status (redirect_status is a redirect's)"},
+		refuse: "action %s refuses no request, so it has no status (redirect_status is a redirect's; a deferred request gets 202, or 503 when its queue is full)"},
 	{name: "max_delay", actions: []string{"delay"}, read: (*parser).routeMaxDelay,
 		need: "max_delay: the longest a request waits for the limit (a duration such as \"500ms\")"},
 	{name: "redirect", actions: []string{"redirect"}, read: (*parser).routeRedirect,
@@ -287,6 +298,7 @@ var actionFields = []actionField{
 	{name: "redirect_status", actions: []string{"redirect"}, read: (*parser).routeRedirectStatus},
 	{name: "ban", actions: []string{"ban"}, read: (*parser).routeBan,
 		need: "ban: {threshold, interval, duration}"},
+	{name: "defer", actions: []string{"defer"}, read: (*parser).routeDefer},
 }
 
 func actionFieldOf(name string) *actionField {
@@ -318,7 +330,7 @@ func (p *parser) routeAction(r *parsedRoute, rs *routeSpec, path string) bool {
 			ok = false
 		}
 	}
-	if r.Status == 0 && act != "redirect" && act != "shadow" {
+	if r.Status == 0 && act != "redirect" && act != "shadow" && act != "defer" {
 		r.Status = 429
 	}
 	if act == "redirect" && r.RedirectStatus == 0 {
@@ -372,6 +384,33 @@ func (p *parser) routeRedirectStatus(r *HTTPRoute, v *yaml.Node, path string) bo
 	}
 	r.RedirectStatus = int(s)
 	return true
+}
+
+func (p *parser) routeDefer(r *HTTPRoute, v *yaml.Node, path string) bool {
+	m, ok := p.mapping(v, path)
+	if !ok {
+		return false
+	}
+	for _, f := range p.fields(m, path) {
+		fp := join(path, f.name)
+		if isNull(p.resolve(f.val)) {
+			continue
+		}
+		good := true
+		switch f.name {
+		case "max_queue":
+			r.Defer.MaxQueue, good = p.integer(f.val, fp, 1, 1e7)
+		case "max_body":
+			r.Defer.MaxBody, good = p.integer(f.val, fp, 0, 64<<20)
+		case "result_ttl":
+			r.Defer.ResultTTL, good = p.durationIn(f.val, fp, time.Second, 7*24*time.Hour)
+		default:
+			p.unknownIn(f, path, httpDeferFields)
+			good = false
+		}
+		ok = ok && good
+	}
+	return ok
 }
 
 func (p *parser) routeBan(r *HTTPRoute, v *yaml.Node, path string) (ok bool) {

@@ -221,7 +221,7 @@ http:
     action: shadow
     status: 429
 `, []string{
-		`bad.yaml:12: http[0].action: unknown action "block" (want deny, ban, delay, redirect or shadow)`,
+		`bad.yaml:12: http[0].action: unknown action "block" (want deny, ban, delay, redirect, shadow or defer)`,
 		`bad.yaml:15: http[1].redirect: missing: action redirect needs redirect`,
 		`bad.yaml:16: http[1].status: action redirect refuses no request, so it has no status`,
 		`bad.yaml:18: http[2].max_delay: missing: action delay needs max_delay`,

@@ -21,6 +21,7 @@ var actionSamples = map[string]struct {
 	"redirect":        {"/busy", func(r *HTTPRoute) bool { return r.Redirect == "/busy" }},
 	"redirect_status": {"307", func(r *HTTPRoute) bool { return r.RedirectStatus == 307 }},
 	"ban":             {"{threshold: 5, interval: 1m, duration: 2m}", func(r *HTTPRoute) bool { return r.Ban == HTTPBan{5, time.Minute, 2 * time.Minute} }},
+	"defer":           {"{max_queue: 7, max_body: 0, result_ttl: 1m}", func(r *HTTPRoute) bool { return r.Defer == HTTPDefer{7, 0, time.Minute} }},
 }
 
 // actionRoute is a file whose one route has action act, the fields act

@@ -22,6 +22,8 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/internal/proxy"
 	"github.com/floodgate/floodgate/overrides"
@@ -43,6 +45,9 @@ type proxyConfig struct {
 	// (0: none).
 	upstreamTimeout, bodyTimeout time.Duration
 	connCap                      connCapConfig
+	// deferClaimIdle is how long a deferred request a worker took may go
+	// unfinished before another worker claims it.
+	deferClaimIdle time.Duration
 }
 
 func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
@@ -62,6 +67,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", envDuration("UPSTREAM_TIMEOUT", 60*time.Second), "how long the upstream may take to send a response's header once it has the request, else 504; a response whose header came is never cut (it may stream for as long as it lasts); 0: no limit [FLOODGATE_UPSTREAM_TIMEOUT]")
 	fs.DurationVar(&c.bodyTimeout, "client-body-timeout", envDuration("CLIENT_BODY_TIMEOUT", 60*time.Second), "how long a client may leave its request's body without sending more (between two reads, as nginx's client_body_timeout), else 408 and the connection closes; 0: no limit [FLOODGATE_CLIENT_BODY_TIMEOUT]")
+	fs.DurationVar(&c.deferClaimIdle, "defer-claim-idle", envDuration("DEFER_CLAIM_IDLE", 30*time.Second), "action defer: how long a deferred request's delivery may go unfinished (a worker died, the upstream did not answer) before another worker delivers it again; also the delivery's timeout [FLOODGATE_DEFER_CLAIM_IDLE]")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -137,8 +143,14 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var rc rueidis.Client
+	if st.redis != nil {
+		rc = st.redis.Client()
+	}
+	dw := newDeferWorkers(rc, c.upstream, c.deferClaimIdle, log)
+	defer dw.stop()
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
-		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, log)}
+		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)}
 	cfg, err := loader.load() // builds the gate (onLoad)
 	if err != nil {
 		return err
@@ -217,9 +229,13 @@ func parseIPHeaders(list string) ([]string, error) {
 
 // gateBuilder returns the rules loader's onLoad: it builds the gate of a
 // rules configuration and gives it to fp. State lives in the store.
-func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr overrides.Store, clientIP gate.ClientIP, log *slog.Logger) func(*rules.Config) error {
+func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr overrides.Store, clientIP gate.ClientIP, dw *deferWorkers, log *slog.Logger) func(*rules.Config) error {
 	return func(cfg *rules.Config) error {
 		limits, err := gate.FromRules(cfg)
+		if err != nil {
+			return err
+		}
+		queues, err := dw.build(cfg, limits)
 		if err != nil {
 			return err
 		}
@@ -231,8 +247,10 @@ func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr ov
 		if err != nil {
 			return err
 		}
+		fp.SetDefer(queues) // before the gate that defers to them
+		dw.run(queues)
 		fp.SetGate(g)
-		log.Info("http routes live", "routes", len(limits))
+		log.Info("http routes live", "routes", len(limits), "deferred_queues", len(queues))
 		return nil
 	}
 }

@@ -48,6 +48,18 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	pc := peerOf(ctx)
 	pend := pc.pend
 	pc.pend = pendingVerdict{}
+	if p.isPoll(ctx) {
+		if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
+			bad.answer(ctx)
+		} else {
+			p.servePoll(ctx)
+		}
+		if ambiguousFraming(&ctx.Request.Header) {
+			ctx.SetConnectionClose()
+		}
+		pc.awaitHeader()
+		return
+	}
 	if !pend.set {
 		pend.v, pend.bad = p.decide(ctx, pc)
 	}
@@ -57,9 +69,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	}
 	v := pend.v
 	ambiguous := ambiguousFraming(&ctx.Request.Header)
-	if v.Allowed {
+	switch q := p.deferQueue(v); {
+	case v.Allowed:
 		p.forward(ctx, pc, v)
-	} else {
+	case q != nil && !pend.skipped:
+		p.deferRequest(ctx, pc, v, q)
+	default:
 		p.refuse(ctx, v, pend.skipped)
 	}
 	if ambiguous {
@@ -122,10 +137,13 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	if pc.header != headerUnchecked {
 		pc.header = headerRead // what Read reads now is the body's
 	}
+	if p.isPoll(ctx) {
+		return fasthttp.RequestConfig{} // serve answers it, with no limit
+	}
 	v, bad := p.decide(ctx, pc)
 	pc.pend = pendingVerdict{set: true, v: v, bad: bad}
 	hasBody := h.ContentLength() > 0 || h.ContentLength() == -1 // -1: chunked
-	if bad != nil || !v.Allowed {
+	if bad != nil || !v.Allowed && p.deferQueue(v) == nil {
 		if hasBody {
 			h.SetContentLength(0) // and no Transfer-Encoding
 			pc.pend.skipped = true

@@ -65,6 +65,7 @@ type Config struct {
 // "Expect: 100-continue": a refused request's body is never waited for.
 type Proxy struct {
 	gate    atomic.Pointer[gate.Gate] // rebuilt on every rules reload
+	defers  atomic.Pointer[deferSet]  // the defer limits' queues (SetDefer)
 	legacy  bool
 	trusted []netip.Prefix
 

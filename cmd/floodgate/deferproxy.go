@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/deferq"
+	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/rules"
+)
+
+// maxDeferredResult bounds the body of a deferred request's response kept
+// for polling.
+const maxDeferredResult = 1 << 20
+
+// deferWorkers runs the proxy's defer routes: a deferq.Queue per defer
+// limit, rebuilt on each rules load, and one worker per queue delivering
+// to the upstream.
+type deferWorkers struct {
+	client    rueidis.Client // nil without --store redis
+	upstream  string
+	claimIdle time.Duration
+	log       *slog.Logger
+	consumer  string
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newDeferWorkers(client rueidis.Client, upstream string, claimIdle time.Duration, log *slog.Logger) *deferWorkers {
+	host, _ := os.Hostname()
+	return &deferWorkers{client: client, upstream: upstream, claimIdle: claimIdle, log: log,
+		consumer: fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())}
+}
+
+// build makes the queues of cfg's defer limits; a defer route without a
+// Redis store is an error at its line.
+func (d *deferWorkers) build(cfg *rules.Config, limits []gate.Limit) (map[string]*deferq.Queue, error) {
+	if d.client == nil {
+		for _, dom := range cfg.Domains() {
+			for _, rt := range dom.HTTP() {
+				if rt.Action == "defer" {
+					return nil, fmt.Errorf("%s:%d: http route %s: action defer needs --store redis (its queue is a Redis Stream)", rt.File, rt.Line, rt.Name)
+				}
+			}
+		}
+		return nil, nil
+	}
+	queues := map[string]*deferq.Queue{}
+	for i := range limits {
+		l := &limits[i]
+		if l.Action != gate.Defer {
+			continue
+		}
+		q, err := deferq.New(d.client, deferq.Options{Name: l.Name, Interval: l.DeferInterval(), MaxLen: l.Defer.MaxQueue,
+			MaxBody: l.Defer.MaxBody, ResultTTL: l.Defer.ResultTTL, ClaimIdle: d.claimIdle})
+		if err != nil {
+			return nil, fmt.Errorf("http route %s: %w", l.Name, err)
+		}
+		queues[l.Name] = q
+	}
+	return queues, nil
+}
+
+// run stops the previous queues' workers and starts one per queue.
+func (d *deferWorkers) run(queues map[string]*deferq.Queue) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopLocked()
+	if len(queues) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	client := &http.Client{Timeout: d.claimIdle}
+	for _, q := range queues {
+		d.wg.Go(func() {
+			deliver := deferq.ToUpstream(client, d.upstream, maxDeferredResult)
+			if err := q.Run(ctx, d.consumer, deliver); err != nil {
+				d.log.Error("deferred queue worker", "queue", q.Name(), "err", err)
+			}
+		})
+	}
+}
+
+// stop stops the workers (a delivery under way is left pending, for
+// another worker to claim).
+func (d *deferWorkers) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopLocked()
+}
+
+func (d *deferWorkers) stopLocked() {
+	if d.cancel != nil {
+		d.cancel()
+		d.wg.Wait()
+		d.cancel = nil
+	}
+}
