@@ -29,12 +29,13 @@ type result struct {
 	n, ok, refused  int
 	crit, critOK    int
 	wastePerRefused float64 // µs of server CPU not in answered work, per refused request
+	unanswered      float64 // % of the work the server completed whose answer was not a 200 in time
 	perCPU          float64 // capacity, units per server CPU-second
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("goodput %5.1f%%  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  waste/refused %5.0fµs  capacity %.0f units/CPU-s",
-		r.goodput, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.wastePerRefused, r.perCPU)
+	return fmt.Sprintf("goodput %5.1f%%  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  waste/refused %5.0fµs  work unanswered %4.1f%%  capacity %.0f units/CPU-s",
+		r.goodput, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.wastePerRefused, r.unanswered, r.perCPU)
 }
 
 // server is a running server process.
@@ -182,13 +183,9 @@ func runOne(peer string, d time.Duration) (result, error) {
 	res, cpu := s.overload(3*before/meanUnits, d, time.Second)
 	after := s.capacity(1500 * time.Millisecond)
 	res.perCPU = (before + after) / 2
-	var okUnits float64
-	for _, o := range res.outcomes {
-		if o.ok {
-			okUnits += float64(o.units)
-		}
-	}
-	r := result{perCPU: res.perCPU, goodput: 100 * okUnits / cpu.Seconds() / res.perCPU}
+	okUnits := res.okUnits
+	r := result{perCPU: res.perCPU, goodput: 100 * okUnits / cpu.Seconds() / res.perCPU,
+		unanswered: 100 * max(0, res.serverUnits-okUnits) / max(1, res.serverUnits)}
 	var lat []time.Duration
 	for _, o := range res.outcomes {
 		r.n++
@@ -220,8 +217,11 @@ func runOne(peer string, d time.Duration) (result, error) {
 }
 
 type phase struct {
-	outcomes []outcome
-	perCPU   float64
+	outcomes    []outcome
+	perCPU      float64
+	unitsAtWarm int64
+	serverUnits float64 // work the server completed, answered or not
+	okUnits     float64 // work answered 200 after warm (the same window as serverUnits)
 }
 
 // overload offers open-loop load for d, at rps first, then every 100 ms
@@ -233,6 +233,7 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	var rate atomic.Uint64
 	rate.Store(math.Float64bits(rps))
 	var record atomic.Bool
+	var okDone atomic.Int64 // units answered 200 since warm, by the answer's time
 	var mu sync.Mutex
 	var ph phase
 	var reqs sync.WaitGroup
@@ -254,6 +255,9 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 				reqs.Go(func() {
 					rec := record.Load()
 					o := s.send(i, false)
+					if o.ok && record.Load() {
+						okDone.Add(int64(o.units))
+					}
 					if rec {
 						mu.Lock()
 						ph.outcomes = append(ph.outcomes, o)
@@ -271,7 +275,7 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	var cpuAtWarm time.Duration
 	for el := time.Duration(0); el < d; el = time.Since(start) {
 		if cpuAtWarm == 0 && el >= warm {
-			_, cpuAtWarm = s.stats()
+			ph.unitsAtWarm, cpuAtWarm = s.stats()
 			record.Store(true)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -284,6 +288,25 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	close(done)
 	loop.Wait()
 	reqs.Wait()
-	_, end := s.stats()
-	return ph, end - cpuAtWarm
+	units, cpu := s.drain()
+	ph.serverUnits = float64(units - ph.unitsAtWarm)
+	ph.okUnits = float64(okDone.Load())
+	return ph, cpu - cpuAtWarm
+}
+
+// drain waits until the server has finished the work it still holds
+// (handlers of requests the client gave up on run to the end: that CPU
+// is the peer's waste too) and returns its CPU time then: done when no
+// unit completed over 300 ms, or after 30 s.
+func (s *server) drain() (int64, time.Duration) {
+	u, c := s.stats()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(300 * time.Millisecond)
+		u2, c2 := s.stats()
+		if u2 == u {
+			return u2, c2
+		}
+		u, c = u2, c2
+	}
+	return u, c
 }

@@ -21,10 +21,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/zeromicro/go-zero/core/logx"
 )
 
 func main() {
@@ -34,6 +37,7 @@ func main() {
 	loadFor := flag.Duration("load", 6*time.Second, "overload phase, the first second not counted")
 	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (internal; calibrated if 0)")
 	flag.Parse()
+	logx.Disable() // go-zero's logger, started by its packages' init in every process
 	if *servePeer != "" {
 		if err := serve(*servePeer, *perUnit); err != nil {
 			log.Fatal(err)
@@ -61,6 +65,9 @@ func main() {
 // ratio to each.
 func summarize(list []string, all map[string][]result) {
 	med := func(p string, f func(result) float64) float64 {
+		if len(all[p]) == 0 {
+			return math.NaN()
+		}
 		var v []float64
 		for _, r := range all[p] {
 			v = append(v, f(r))

@@ -219,17 +219,19 @@ func concurrencyLimits() (guard, error) {
 	}, nil
 }
 
-// sentinel is sentinel-golang's system adaptive rule: BBR past a process
-// CPU usage of 80 % (of one core: its CpuUsage is gopsutil's process
-// percent), on all inbound traffic.
+// sentinel is sentinel-golang's system adaptive rule: BBR past a CPU
+// usage of 0.8, on all inbound traffic. (v1.0.4 accepts a CpuUsage
+// trigger only in [0, 1] but measures gopsutil's process percent, 0 to
+// 100 × CPUs, so the BBR check is on whenever the process runs: here it
+// is sentinel's BBR concurrency check alone.)
 func sentinel() (guard, error) {
 	conf := sconfig.NewDefaultConfig()
 	conf.Sentinel.Log.Dir = os.TempDir() + "/throttlecmp-sentinel-logs"
 	if err := api.InitWithConfig(conf); err != nil {
 		return nil, err
 	}
-	if _, err := system.LoadRules([]*system.Rule{{MetricType: system.CpuUsage, TriggerCount: 80, Strategy: system.BBR}}); err != nil {
-		return nil, err
+	if ok, err := system.LoadRules([]*system.Rule{{MetricType: system.CpuUsage, TriggerCount: 0.8, Strategy: system.BBR}}); err != nil || !ok {
+		return nil, fmt.Errorf("sentinel refused the system rule: %v", err)
 	}
 	return func(*http.Request, bool) (func(), bool) {
 		e, b := api.Entry("throttlecmp", api.WithTrafficType(base.Inbound))
