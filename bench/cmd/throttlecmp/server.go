@@ -117,11 +117,15 @@ func serve(peer string, perUnit int) error {
 }
 
 func wrap(peer string, mux *http.ServeMux) (http.Handler, error) {
-	if peer == "floodgate" {
+	if peer == "floodgate" || peer == "floodgate-limit20" {
 		const maxWait = 2 * time.Second
 		procs := runtime.GOMAXPROCS(0)
-		th := throttle.New(throttle.Config{Limit: 2 * procs, Adaptive: &throttle.AdaptiveConfig{},
-			MaxQueueCost: maxWait * time.Duration(procs), MaxWait: maxWait})
+		c := throttle.Config{Limit: 2 * procs, Adaptive: &throttle.AdaptiveConfig{},
+			MaxQueueCost: maxWait * time.Duration(procs), MaxWait: maxWait}
+		if peer == "floodgate-limit20" { // a fixed limit of 20 in flight, go-concurrency-limits' floor (-peers only)
+			c.Limit, c.Adaptive = 20, nil
+		}
+		th := throttle.New(c)
 		return th.Middleware(throttle.MiddlewareOptions{Mux: mux})(mux), nil
 	}
 	g, err := newGuard(peer)
