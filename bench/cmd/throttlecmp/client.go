@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// unitRounds is the calibrated work unit every server burns.
+var unitRounds int
+
+// result is one run's figures.
+type result struct {
+	goodput         float64 // answered work per server CPU-second, % of capacity
+	critSuccess     float64 // %
+	p99             time.Duration
+	n, ok, refused  int
+	crit, critOK    int
+	wastePerRefused float64 // µs of server CPU not in answered work, per refused request
+	unanswered      float64 // % of the work the server completed whose answer was not a 200 in time
+	perCPU          float64 // capacity, units per server CPU-second
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("goodput %5.1f%%  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  waste/refused %5.0fµs  work unanswered %4.1f%%  capacity %.0f units/CPU-s",
+		r.goodput, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.wastePerRefused, r.unanswered, r.perCPU)
+}
+
+// server is a running server process.
+type server struct {
+	url string
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	hc  *http.Client
+}
+
+func startServer(peer string) (*server, error) {
+	cmd := exec.Command(os.Args[0], "-serve", peer, "-per-unit", strconv.Itoa(unitRounds))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+			a, procs, _ := strings.Cut(a, " ")
+			if procs != "GOMAXPROCS="+strconv.Itoa(runtime.GOMAXPROCS(0)) {
+				fmt.Fprintf(os.Stderr, "warning: %s server runs with %s\n", peer, procs)
+			}
+			go io.Copy(io.Discard, out) //nolint:errcheck
+			return &server{url: "http://" + a, cmd: cmd, in: in}, nil
+		}
+	}
+	cmd.Process.Kill() //nolint:errcheck
+	cmd.Wait()         //nolint:errcheck
+	return nil, errors.New("server gave no address")
+}
+
+func (s *server) stop() {
+	s.in.Close()
+	s.cmd.Process.Kill() //nolint:errcheck
+	s.cmd.Wait()         //nolint:errcheck
+	s.hc.CloseIdleConnections()
+}
+
+// stats reads the server's completed units and CPU time.
+func (s *server) stats() (units int64, cpu time.Duration) {
+	req, _ := http.NewRequest("GET", s.url+"/stats", nil)
+	req.Header.Set(bypass, "1")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	var us int64
+	fmt.Fscanf(resp.Body, "%d %d", &units, &us) //nolint:errcheck
+	return units, time.Duration(us) * time.Microsecond
+}
+
+// newClient opens its 2,048 connections at once and never more (as
+// TestOverload's client: dialing afresh under load overflows the
+// listen backlog); a request waiting longer than 5 s fails.
+func newClient(url string) *http.Client {
+	const conns = 2048
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", url+"/nothing", nil)
+			req.Header.Set(bypass, "1")
+			if resp, err := c.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body) //nolint:errcheck
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return c
+}
+
+type outcome struct {
+	crit, ok, shed bool
+	units          int
+	latency        time.Duration
+}
+
+// send sends request i of the mix: 20 % dear independently of the level,
+// CRITICAL for i%5 == 1.
+func (s *server) send(i int, bypassed bool) outcome {
+	path, level, units := "/cheap", "SHEDDABLE", 10
+	if (i/5)%5 == 0 {
+		path, units = "/dear", 50
+	}
+	if i%5 == 1 {
+		level = "CRITICAL"
+	}
+	req, _ := http.NewRequest("GET", s.url+path, nil)
+	req.Header.Set("X-Criticality", level)
+	if bypassed {
+		req.Header.Set(bypass, "1")
+	}
+	start := time.Now()
+	resp, err := s.hc.Do(req)
+	o := outcome{crit: level == "CRITICAL", units: units, latency: time.Since(start)}
+	if err != nil {
+		return o
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	o.ok, o.shed = resp.StatusCode == 200, resp.StatusCode == 503
+	return o
+}
+
+// capacity runs closed-loop load (8 clients, the peer bypassed) for d
+// and returns the units done per server CPU-second.
+func (s *server) capacity(d time.Duration) float64 {
+	u0, c0 := s.stats()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for i := c; time.Since(start) < d; i += 8 {
+				s.send(i, true)
+			}
+		})
+	}
+	wg.Wait()
+	u1, c1 := s.stats()
+	return float64(u1-u0) / (c1 - c0).Seconds()
+}
+
+const meanUnits = 0.8*10 + 0.2*50
+
+func runOne(peer string, d time.Duration) (result, error) {
+	s, err := startServer(peer)
+	if err != nil {
+		return result{}, err
+	}
+	s.hc = newClient(s.url)
+	defer s.stop()
+	s.capacity(500 * time.Millisecond) // warm up
+	before := s.capacity(2 * time.Second)
+	res, cpu := s.overload(3*before/meanUnits, d, time.Second)
+	after := s.capacity(1500 * time.Millisecond)
+	res.perCPU = (before + after) / 2
+	okUnits := res.okUnits
+	r := result{perCPU: res.perCPU, goodput: 100 * okUnits / cpu.Seconds() / res.perCPU,
+		unanswered: 100 * max(0, res.serverUnits-okUnits) / max(1, res.serverUnits)}
+	var lat []time.Duration
+	for _, o := range res.outcomes {
+		r.n++
+		if o.ok {
+			r.ok++
+			lat = append(lat, o.latency)
+		}
+		if o.shed {
+			r.refused++
+		}
+		if o.crit {
+			r.crit++
+			if o.ok {
+				r.critOK++
+			}
+		}
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		r.p99 = lat[len(lat)*99/100]
+	}
+	if r.crit > 0 {
+		r.critSuccess = 100 * float64(r.critOK) / float64(r.crit)
+	}
+	if r.refused > 0 {
+		r.wastePerRefused = max(0, cpu.Seconds()-okUnits/res.perCPU) / float64(r.refused) * 1e6
+	}
+	return r, nil
+}
+
+type phase struct {
+	outcomes    []outcome
+	perCPU      float64
+	unitsAtWarm int64
+	serverUnits float64 // work the server completed, answered or not
+	okUnits     float64 // work answered 200 after warm (the same window as serverUnits)
+}
+
+// overload offers open-loop load for d, at rps first, then every 100 ms
+// at 3× capacity scaled by the CPU the server got over the last second;
+// it records after warm and returns the outcomes and the server's CPU
+// time over the recorded part (to the last answer).
+func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Duration) {
+	perCPU := rps / 3 // requests per server CPU-second at capacity
+	var rate atomic.Uint64
+	rate.Store(math.Float64bits(rps))
+	var record atomic.Bool
+	var okDone atomic.Int64 // units answered 200 since warm, by the answer's time
+	var mu sync.Mutex
+	var ph phase
+	var reqs sync.WaitGroup
+	done := make(chan struct{})
+	var loop sync.WaitGroup
+	loop.Go(func() {
+		start, last, due, sent := time.Now(), time.Duration(0), 0.0, 0
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			el := time.Since(start)
+			due += math.Float64frombits(rate.Load()) * (el - last).Seconds()
+			last = el
+			for ; float64(sent) < due; sent++ {
+				i := sent
+				reqs.Go(func() {
+					rec := record.Load()
+					o := s.send(i, false)
+					if o.ok && record.Load() {
+						okDone.Add(int64(o.units))
+					}
+					if rec {
+						mu.Lock()
+						ph.outcomes = append(ph.outcomes, o)
+						mu.Unlock()
+					}
+				})
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	type point struct{ at, cpu time.Duration }
+	start := time.Now()
+	_, c0 := s.stats()
+	hist := []point{{0, c0}}
+	var cpuAtWarm time.Duration
+	for el := time.Duration(0); el < d; el = time.Since(start) {
+		if cpuAtWarm == 0 && el >= warm {
+			ph.unitsAtWarm, cpuAtWarm = s.stats()
+			record.Store(true)
+		}
+		time.Sleep(100 * time.Millisecond)
+		_, now := s.stats()
+		el := time.Since(start)
+		hist = append(hist, point{el, now})
+		old := hist[max(0, len(hist)-11)]
+		rate.Store(math.Float64bits(3 * perCPU * (now - old.cpu).Seconds() / (el - old.at).Seconds()))
+	}
+	close(done)
+	loop.Wait()
+	reqs.Wait()
+	units, cpu := s.drain()
+	ph.serverUnits = float64(units - ph.unitsAtWarm)
+	ph.okUnits = float64(okDone.Load())
+	return ph, cpu - cpuAtWarm
+}
+
+// drain waits until the server has finished the work it still holds
+// (handlers of requests the client gave up on run to the end: that CPU
+// is the peer's waste too) and returns its CPU time then: done when no
+// unit completed over 300 ms, or after 30 s.
+func (s *server) drain() (int64, time.Duration) {
+	u, c := s.stats()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(300 * time.Millisecond)
+		u2, c2 := s.stats()
+		if u2 == u {
+			return u2, c2
+		}
+		u, c = u2, c2
+	}
+	return u, c
+}

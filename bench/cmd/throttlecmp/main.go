@@ -1,0 +1,89 @@
+// Command throttlecmp runs the server throttler's overload workload
+// (issue 21; package throttle's TestOverload) against Floodgate's
+// throttle and its peers in the same run: go-zero's adaptive shedder,
+// kratos BBR, go-concurrency-limits and sentinel-golang's system
+// adaptive rule.
+//
+// Each run starts a server process (this binary, -serve PEER): a real
+// HTTP server on loopback whose GET /cheap burns 10 units of CPU (about
+// 1 ms each) and GET /dear 50, behind the peer. This process is the
+// client: it measures the server's capacity as work per server
+// CPU-second (closed loop, 8 clients, the peer bypassed), then offers
+// open-loop load at 3× that, re-derived every 100 ms from the CPU the
+// server got over the last second (the host is shared), 20 % CRITICAL
+// and 80 % SHEDDABLE, 20 % dear, for -load (the first second not
+// counted). Rounds run the peers interleaved, in turn.
+//
+//	go run ./cmd/throttlecmp -rounds 3
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/zeromicro/go-zero/core/logx"
+)
+
+func main() {
+	servePeer := flag.String("serve", "", "run the server behind this peer (internal)")
+	rounds := flag.Int("rounds", 3, "rounds; each runs every peer once")
+	only := flag.String("peers", strings.Join(peers, ","), "peers to run, comma-separated")
+	loadFor := flag.Duration("load", 6*time.Second, "overload phase, the first second not counted")
+	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (internal; calibrated if 0)")
+	flag.Parse()
+	logx.Disable() // go-zero's logger, started by its packages' init in every process
+	if *servePeer != "" {
+		if err := serve(*servePeer, *perUnit); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	list := strings.Split(*only, ",")
+	unitRounds = calibrate()
+	fmt.Printf("a unit is %d xorshift rounds (about 1 ms of one core, calibrated once for every server)\n", unitRounds)
+	all := map[string][]result{}
+	for r := range *rounds {
+		for _, p := range list {
+			res, err := runOne(p, *loadFor)
+			if err != nil {
+				log.Fatalf("round %d, %s: %v", r+1, p, err)
+			}
+			fmt.Printf("round %d %-22s %s\n", r+1, p, res)
+			all[p] = append(all[p], res)
+		}
+	}
+	summarize(list, all)
+}
+
+// summarize prints each peer's medians over the rounds, and Floodgate's
+// ratio to each.
+func summarize(list []string, all map[string][]result) {
+	med := func(p string, f func(result) float64) float64 {
+		if len(all[p]) == 0 {
+			return math.NaN()
+		}
+		var v []float64
+		for _, r := range all[p] {
+			v = append(v, f(r))
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	goodput := func(r result) float64 { return r.goodput }
+	crit := func(r result) float64 { return r.critSuccess }
+	p99 := func(r result) float64 { return float64(r.p99) / 1e6 }
+	waste := func(r result) float64 { return r.wastePerRefused }
+	fmt.Printf("\nmedians over %d rounds\n", len(all[list[0]]))
+	fmt.Printf("| peer | goodput (%% of capacity) | CRITICAL success | p99 admitted (ms) | CPU not in goodput per refused request (µs) | floodgate goodput ÷ peer | floodgate CRITICAL ÷ peer |\n|---|---|---|---|---|---|---|\n")
+	for _, p := range list {
+		fmt.Printf("| %s | %.1f | %.2f %% | %.0f | %.0f | %.2f | %.3f |\n", p, med(p, goodput), med(p, crit), med(p, p99), med(p, waste),
+			med("floodgate", goodput)/med(p, goodput), med("floodgate", crit)/med(p, crit))
+	}
+	os.Stdout.Sync() //nolint:errcheck
+}
