@@ -56,20 +56,8 @@ type promqlLexer struct {
 func (l *promqlLexer) next() (string, error) {
 	c := l.s[l.i]
 	switch {
-	case c == '"' || c == '\'' || c == '`':
-		return "", l.skipString()
-	case c == '{':
-		return "", l.skipUntil('}')
-	case c == '[':
-		return "", l.skipUntil(']')
-	case c == '(':
-		l.depth++
-	case c == ')':
-		if l.depth--; l.depth < 0 {
-			return "", fmt.Errorf("unbalanced )")
-		}
-	case c == '}' || c == ']':
-		return "", fmt.Errorf("unbalanced %c", c)
+	case strings.IndexByte("\"'`{}[]()", c) >= 0:
+		return "", l.punct(c)
 	case c == '#':
 		for l.i < len(l.s) && l.s[l.i] != '\n' {
 			l.i++
@@ -89,6 +77,28 @@ func (l *promqlLexer) next() (string, error) {
 	}
 	l.i++
 	return "", nil
+}
+
+// punct reads a quote or a bracket and what it opens.
+func (l *promqlLexer) punct(c byte) error {
+	switch c {
+	case '{':
+		return l.skipUntil('}')
+	case '[':
+		return l.skipUntil(']')
+	case '(':
+		l.depth++
+	case ')':
+		if l.depth--; l.depth < 0 {
+			return fmt.Errorf("unbalanced )")
+		}
+	case '}', ']':
+		return fmt.Errorf("unbalanced %c", c)
+	default:
+		return l.skipString()
+	}
+	l.i++
+	return nil
 }
 
 // identifier reads an identifier and classifies it.
