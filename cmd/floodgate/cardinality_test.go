@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -128,4 +131,55 @@ func TestServeMetricsCardinalityBounded(t *testing.T) {
 	if limit := sum + 12 + 100; total > limit {
 		t.Errorf("%d series on /metrics, documented bound %d", total, limit)
 	}
+}
+
+// The proxy's series depend on its routes only: 10,000 distinct API keys
+// (a per-key route) and paths add none, and no key reaches /metrics.
+func TestProxyMetricsCardinalityBounded(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", proxyRules) // 3 routes
+	p := startProxy(t, up.URL, dir)
+	client := &http.Client{Timeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < cardinalityFloodSize; i += 8 {
+				req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/keyed/p%05d", p.addrs["proxy"], i), nil)
+				req.Header.Set("X-API-Key", fmt.Sprintf("floodkey%05d", i))
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	series := map[string]int{}
+	for _, line := range strings.Split(scrapeText(t, "http://"+p.addrs["admin"]+"/metrics"), "\n") {
+		if strings.Contains(line, "floodkey") || strings.Contains(line, "/keyed/p") {
+			t.Fatalf("a flooded key or path reached /metrics: %s", line)
+		}
+		if strings.HasPrefix(line, "floodgate_proxy_") {
+			name, _, _ := strings.Cut(line, "{")
+			name, _, _ = strings.Cut(name, " ")
+			series[name]++
+		}
+	}
+	// docs/SERVICE.md: 7 outcomes per route, 4 request outcomes, 4 client
+	// error reasons
+	for name, b := range map[string]int{"floodgate_proxy_limit_decisions_total": 7 * 3,
+		"floodgate_proxy_requests_total": 4, "floodgate_proxy_client_errors_total": 4} {
+		if series[name] > b {
+			t.Errorf("%s: %d series, bound %d", name, series[name], b)
+		}
+	}
+	if series["floodgate_proxy_limit_decisions_total"] < 1 { // per-key, ok
+		t.Errorf("the flood did not reach the proxy's decisions: %v", series)
+	}
+	t.Logf("after %d distinct keys and paths: %v", cardinalityFloodSize, series)
 }
