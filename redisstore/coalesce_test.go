@@ -383,3 +383,47 @@ func TestCoalescerMaxBatch(t *testing.T) {
 		t.Fatalf("%d calls, want 4: the first alone, then three batches of three", calls)
 	}
 }
+
+// The batch function keeps its list of policies between calls (no table
+// built per call): a decision naming a policy its own call lacks must
+// fail, never be decided under a policy an earlier call left there, nor
+// charge its key.
+func TestBatchStalePolicyIndex(t *testing.T) {
+	s := openStore(t, redistest.Standalone(t), redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	p1 := floodgate.MustPolicy("stale1", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
+	p2 := floodgate.MustPolicy("stale2", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 9, Period: time.Hour})
+	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
+	ctx := context.Background()
+	// two policies: the function's list holds both after this call
+	two, err := s.BatchCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "x", 1, 0), p2.Op(floodgate.OpAllow, "y", 1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client()
+	if _, err := c.Do(ctx, c.B().Arbitrary(two[0]).Args(two[1:]...).Build()).ToArray(); err != nil {
+		t.Fatal(err)
+	}
+	// one policy, its decision pointing at policy 2
+	one, err := s.BatchCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "z", 1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one[3+1] != "1" { // FCALL fn 1 key, then the policy count
+		t.Fatalf("policy count %q, want 1", one[4])
+	}
+	last := len(one) - 1
+	if one[last][:2] != "\x00\x01" {
+		t.Fatalf("packed decision %q: policy index not 1", one[last])
+	}
+	one[last] = "\x00\x02" + one[last][2:]
+	replies, err := c.Do(ctx, c.B().Arbitrary(one[0]).Args(one[1:]...).Build()).ToArray()
+	if err == nil {
+		b, serr := replies[0].ToString()
+		if serr == nil {
+			t.Fatalf("a decision under a policy its call lacks was decided: %q", b)
+		}
+	}
+	if d, err := s.Do(ctx, now, p1.Op(floodgate.OpPeek, "z", 0, 0)); err != nil || d.Remaining != 5 {
+		t.Fatalf("z: %+v %v, want 5 remaining: the failed decision charged it", d, err)
+	}
+}

@@ -269,20 +269,26 @@ local function apply(keys, argv)
   return {decide(keys[1], ps, n, now, rclock, num(argv[2]), num(argv[3]), num(argv[4]), num(argv[5]))}
 end
 
--- batch makes the decisions of keys in order. grouped: argv's packed
--- decisions carry a group byte after the policy index; the decisions with
--- the same nonzero group byte, side by side or not, are all or nothing (the
--- floodgate.GroupStore contract): every OP_ALLOW member is first checked as
--- OP_PEEK; if all fit they are decided as OP_ALLOW, and if not, only those
--- that do not fit on their own are (denied), the others keeping their
--- check. Redis runs the call alone, so nothing sees a group half done.
-local function batch(keys, argv, grouped)
-  local pols, o = {}, 1
+-- One batch call's state, kept between calls (Lua runs one call at a
+-- time) so that a call creates no closure and few tables: the policies'
+-- rule lists (pols, entries past the call's count stale), Redis TIME once
+-- read (bnow), and the last decision's string and its numbers (a batch's
+-- decisions often carry the same: one policy, op and cost, Redis's clock),
+-- unpacked once.
+local pols = {}
+local bnow, ls, lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx = nil, false
+
+-- readpolicies reads batch's policies (argv: their count, then per policy
+-- its rule count and per rule its name and signature) into pols, and
+-- returns the index of the argument before the first decision's, or nil
+-- and an error reply.
+local function readpolicies(argv)
+  local o = 1
   for i = 1, num(argv[1]) do
     local n, ps = num(argv[o + 1]), nil
     if n == 1 then -- the list of one rule, kept with it
       local p = params(argv[o + 2], argv[o + 3])
-      if p == nil then return badsig(argv[o + 3]) end
+      if p == nil then return nil, badsig(argv[o + 3]) end
       ps = p.one
       if ps == nil then
         ps = {p, cal = p.cal ~= 0}
@@ -292,7 +298,7 @@ local function batch(keys, argv, grouped)
       ps = {cal = false}
       for r = 1, n do
         local p = params(argv[o + 2 * r], argv[o + 2 * r + 1])
-        if p == nil then return badsig(argv[o + 2 * r + 1]) end
+        if p == nil then return nil, badsig(argv[o + 2 * r + 1]) end
         ps[r] = p
         ps.cal = ps.cal or p.cal ~= 0
       end
@@ -300,61 +306,71 @@ local function batch(keys, argv, grouped)
     pols[i] = ps
     o = o + 1 + 2 * n
   end
-  local out, tnow = {}, nil
-  local layout = '>Hi8i8i8i8i8'
-  if grouped then layout = '>HBi8i8i8i8i8' end
-  -- the last decision's string and its numbers: a batch's decisions often
-  -- carry the same (one policy, op and cost, Redis's clock), unpacked once
-  -- (ls starts as no string, nor nil)
-  local ls, lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx = false
-  -- run decides decision i (as op `as`, or its own when nil) into out[i],
-  -- and returns whether it was allowed and its own op.
-  local function run(i, as)
-    local s = argv[o + i]
-    local pi, now, op, cost, maxdelay, spare, nx
-    if s == ls then
-      pi, now, op, cost, maxdelay, spare, nx = lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx
+  for i = num(argv[1]) + 1, #pols do pols[i] = nil end -- no stale policy
+  return o
+end
+
+-- run decides batch's decision i (as op `as`, or its own when nil) into
+-- out[i], and returns whether it was allowed and its own op.
+local function run(keys, argv, o, out, grouped, i, as)
+  local s = argv[o + i]
+  local pi, now, op, cost, maxdelay, spare, nx
+  if s == ls then
+    pi, now, op, cost, maxdelay, spare, nx = lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx
+  else
+    if grouped then
+      local _
+      pi, _, now, op, cost, maxdelay, spare, nx = sunpack('>HBi8i8i8i8i8', s)
     else
-      if grouped then
-        local _
-        pi, _, now, op, cost, maxdelay, spare, nx = struct.unpack(layout, s)
-      else
-        pi, now, op, cost, maxdelay, spare, nx = struct.unpack(layout, s)
-      end
-      ls, lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx = s, pi, now, op, cost, maxdelay, spare, nx
+      pi, now, op, cost, maxdelay, spare, nx = sunpack('>Hi8i8i8i8i8', s)
     end
-    local ps = pols[pi]
-    local rclock = now == 0
-    if rclock then
-      tnow = tnow or redisnow()
-      now = tnow
-    end
-    local n = #ps
-    if ps.cal then
-      for r = 1, n do
-        local p = ps[r]
-        if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = struct.unpack('>i8i8i8', s, nx) end
-      end
-    end
-    local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, rclock, as or op, cost, maxdelay, spare)
-    if ok then
-      -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
-      -- integers (redisstore's decideMessage); cheaper to build, send
-      -- and parse than an array of ten integers. The four bytes (flags
-      -- of 0 or 1, and the rule's index, below algo.MaxRules, taken mod
-      -- 256 as 'B' would) go as one 32-bit word: the same bytes, packed
-      -- faster.
-      out[i] = struct.pack('>I4i8i8i8i8i8i8', a * 16777216 + b * 65536 + c * 256 + d % 256, e, f, g, h, k, l)
-    elseif type(a) == 'table' and a.err then
-      out[i] = redis.error_reply(a.err)
-    else
-      out[i] = redis.error_reply(tostring(a))
-    end
-    return ok and a == 1, op
+    ls, lpi, lnow, lop, lcost, lmaxdelay, lspare, lnx = s, pi, now, op, cost, maxdelay, spare, nx
   end
+  local ps = pols[pi]
+  local rclock = now == 0
+  if rclock then
+    bnow = bnow or redisnow()
+    now = bnow
+  end
+  local n = #ps
+  if ps.cal then
+    for r = 1, n do
+      local p = ps[r]
+      if p.cal ~= 0 then p.b0, p.b1, p.b2, nx = sunpack('>i8i8i8', s, nx) end
+    end
+  end
+  local ok, a, b, c, d, e, f, g, h, k, l = pcall(decide, keys[i], ps, n, now, rclock, as or op, cost, maxdelay, spare)
+  if ok then
+    -- 52 bytes, big-endian: four flags/indexes of one byte, six 64-bit
+    -- integers (redisstore's decideMessage); cheaper to build, send
+    -- and parse than an array of ten integers. The four bytes (flags
+    -- of 0 or 1, and the rule's index, below algo.MaxRules, taken mod
+    -- 256 as 'B' would) go as one 32-bit word: the same bytes, packed
+    -- faster.
+    out[i] = spack('>I4i8i8i8i8i8i8', a * 16777216 + b * 65536 + c * 256 + d % 256, e, f, g, h, k, l)
+  elseif type(a) == 'table' and a.err then
+    out[i] = redis.error_reply(a.err)
+  else
+    out[i] = redis.error_reply(tostring(a))
+  end
+  return ok and a == 1, op
+end
+
+-- batch makes the decisions of keys in order. grouped: argv's packed
+-- decisions carry a group byte after the policy index; the decisions with
+-- the same nonzero group byte, side by side or not, are all or nothing (the
+-- floodgate.GroupStore contract): every OP_ALLOW member is first checked as
+-- OP_PEEK; if all fit they are decided as OP_ALLOW, and if not, only those
+-- that do not fit on their own are (denied), the others keeping their
+-- check. Redis runs the call alone, so nothing sees a group half done.
+local function batch(keys, argv, grouped)
+  local o, bad = readpolicies(argv)
+  if o == nil then return bad end
+  local out = {}
+  bnow, ls = nil, false
   local nk = #keys
   if not grouped then
-    for i = 1, nk do run(i, nil) end
+    for i = 1, nk do run(keys, argv, o, out, grouped, i, nil) end
     return out
   end
   -- a group is decided where its first member stands, with every later
@@ -363,7 +379,7 @@ local function batch(keys, argv, grouped)
   for i = 1, nk do
     local g = sbyte(argv[o + i], 3)
     if g == 0 then
-      run(i, nil)
+      run(keys, argv, o, out, grouped, i, nil)
     elseif not (done and done[i]) then
       done = done or {}
       local ms = {}
@@ -375,11 +391,11 @@ local function batch(keys, argv, grouped)
       end
       local all, fits, ops = true, {}, {}
       for _, m in ipairs(ms) do
-        fits[m], ops[m] = run(m, OP_PEEK)
+        fits[m], ops[m] = run(keys, argv, o, out, grouped, m, OP_PEEK)
         if ops[m] == OP_ALLOW and not fits[m] then all = false end
       end
       for _, m in ipairs(ms) do
-        if ops[m] == OP_ALLOW and (all or not fits[m]) then run(m, nil) end
+        if ops[m] == OP_ALLOW and (all or not fits[m]) then run(keys, argv, o, out, grouped, m, nil) end
       end
     end
   end

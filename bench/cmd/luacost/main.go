@@ -54,6 +54,8 @@ func main() {
 	block := flag.Int("block", 2000, "requests per block")
 	blocks := flag.Int("blocks", 10, "blocks per variant")
 	flag.IntVar(&keys, "keys", 1000, "distinct keys per descriptor, taken in turn (floodgate serve's benchmark draws from 1,000 at 5,000–10,000 requests/s: a key is written several times a second; under callgrind take fewer)")
+	flag.BoolVar(&breakdown, "breakdown", false, "add the parts of a call as variants: an empty function with no arguments, with the request's KEYS and ARGV, with the same bytes in one argument, with the batch's reply, and this tree's library deciding nothing (docs/BENCHMARKS.md, issue 19)")
+	flag.BoolVar(&garbage, "garbage", false, "print the Lua memory each variant's request leaves for the collector (collectgarbage('count') over 20 requests, the collector stopped) instead of timing")
 	flag.StringVar(&callgrind, "callgrind", "", "the `directory` of a redis-server run under valgrind --tool=callgrind (-addr): count its instructions per request instead of CPU time, one block per variant after a warm-up")
 	flag.Parse()
 	if err := run(*addr, libs, *descs, *block, *blocks); err != nil {
@@ -63,6 +65,8 @@ func main() {
 }
 
 var (
+	breakdown bool
+	garbage   bool
 	callgrind string
 	keys      int
 )
@@ -91,6 +95,9 @@ func run(addr string, libs []string, descs, block, blocks int) error {
 	if err != nil {
 		return err
 	}
+	if garbage {
+		return countGarbage(c, r, vs)
+	}
 	if callgrind != "" {
 		return countInstructions(c, r, vs, block)
 	}
@@ -107,6 +114,13 @@ func variants(addr string, libs []string, c net.Conn, r *bufio.Reader, descs int
 			return nil, err
 		}
 		vs = append(vs, variant{name: f, reqs: floodgateReqs(addr, fmt.Sprint("lc", i+1), string(b), c, r, descs, keys)})
+	}
+	if breakdown {
+		bs, err := breakdownVariants(c, r, vs[0].reqs)
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, bs...)
 	}
 	vs = append(vs, variant{name: "envoyproxy/ratelimit", reqs: func(i int) [][]string {
 		var cmds [][]string
@@ -318,7 +332,7 @@ func countInstructions(c net.Conn, r *bufio.Reader, vs []variant, block int) err
 		if err := ctl("-d"); err != nil {
 			return err
 		}
-		ir, err := lastDumpTotal()
+		ir, dump, err := lastDumpTotal()
 		if err != nil {
 			return err
 		}
@@ -326,7 +340,7 @@ func countInstructions(c net.Conn, r *bufio.Reader, vs []variant, block int) err
 		if j == 0 {
 			base = per
 		}
-		fmt.Printf("  %-30s %8.0f  (%.3f×)\n", v.name, per, per/base)
+		fmt.Printf("  %-36s %8.0f  (%.3f×)  %s\n", v.name, per, per/base, filepath.Base(dump))
 	}
 	return nil
 }
@@ -343,10 +357,10 @@ func callgrindPid() string {
 }
 
 // lastDumpTotal returns the instruction total of the newest dump.
-func lastDumpTotal() (float64, error) {
+func lastDumpTotal() (float64, string, error) {
 	fs, err := filepath.Glob(filepath.Join(callgrind, "callgrind.out.*"))
 	if err != nil || len(fs) == 0 {
-		return 0, fmt.Errorf("no callgrind dump in %s", callgrind)
+		return 0, "", fmt.Errorf("no callgrind dump in %s", callgrind)
 	}
 	var newest string
 	var t time.Time
@@ -357,15 +371,17 @@ func lastDumpTotal() (float64, error) {
 	}
 	b, err := os.ReadFile(newest)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "summary: "); ok {
-			return strconv.ParseFloat(strings.Fields(v)[0], 64)
+			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			return f, newest, err
 		}
 		if v, ok := strings.CutPrefix(l, "totals: "); ok {
-			return strconv.ParseFloat(strings.Fields(v)[0], 64)
+			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			return f, newest, err
 		}
 	}
-	return 0, fmt.Errorf("%s: no totals", newest)
+	return 0, "", fmt.Errorf("%s: no totals", newest)
 }
