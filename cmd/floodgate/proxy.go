@@ -149,6 +149,11 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	}
 	dw := newDeferWorkers(rc, c.upstream, c.deferClaimIdle, log)
 	defer dw.stop()
+	if rc != nil {
+		if err := metrics.Register(newDeferMetrics(dw)); err != nil {
+			return err
+		}
+	}
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
 		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)}
 	cfg, err := loader.load() // builds the gate (onLoad)
