@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,9 +58,93 @@ func sampleValue(t *testing.T, metrics, sample string) float64 {
 	return v
 }
 
+// throttleRig drives TestProxyThrottleShedsByCriticality's proxy.
+type throttleRig struct {
+	t           *testing.T
+	p           *server
+	base, admin string
+	client      *http.Client
+	results     chan throttleResult
+}
+
+// throttleResult is one request's answer (status -1: no answer).
+type throttleResult struct {
+	name   string
+	status int
+	retry  string
+}
+
+// send sends GET path with criticality crit ("": none) and reports its
+// answer on results, as name.
+func (r *throttleRig) send(name, path, crit string) {
+	req, _ := http.NewRequest("GET", r.base+path, nil)
+	if crit != "" {
+		req.Header.Set("X-Criticality", crit)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		r.results <- throttleResult{name: name, status: -1}
+		return
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	r.results <- throttleResult{name, resp.StatusCode, resp.Header.Get("Retry-After")}
+}
+
+// next returns the next answer.
+func (r *throttleRig) next() throttleResult {
+	r.t.Helper()
+	select {
+	case res := <-r.results:
+		return res
+	case <-time.After(20 * time.Second):
+		r.t.Fatalf("no answer in 20s\n%s", r.p.logs())
+	}
+	return throttleResult{}
+}
+
+func (r *throttleRig) scrape() string { _, _, m := proxyGet(r.t, r.admin); return m }
+
+func (r *throttleRig) gauge(name string) float64 { return sampleValue(r.t, r.scrape(), name) }
+
+func (r *throttleRig) waitGauge(name string, want float64) {
+	r.t.Helper()
+	redistest.WaitFor(r.t, 10*time.Second, fmt.Sprintf("%s = %v", name, want), func() bool { return r.gauge(name) == want })
+}
+
+// fill sends SHEDDABLE requests one at a time until one is shed at once
+// (503, Retry-After: 1), and returns the names of those queued.
+func (r *throttleRig) fill() []string {
+	r.t.Helper()
+	var queued []string
+	for i := 1; i <= 200; i++ {
+		name := fmt.Sprint("S", i)
+		go r.send(name, "/"+name, "SHEDDABLE")
+		var res throttleResult
+		redistest.WaitFor(r.t, 10*time.Second, name+" queued or shed", func() bool {
+			select {
+			case res = <-r.results:
+				return true
+			default:
+				return r.gauge("floodgate_throttle_queue_length") == float64(len(queued)+1)
+			}
+		})
+		if res.name == "" {
+			queued = append(queued, name)
+			continue
+		}
+		if res.name != name || res.status != 503 || res.retry != "1" || len(queued) == 0 {
+			r.t.Fatalf("SHEDDABLE at a full queue: %+v after %d queued; want %s 503 Retry-After 1", res, len(queued), name)
+		}
+		return queued
+	}
+	r.t.Fatalf("200 SHEDDABLE requests queued and none shed")
+	return nil
+}
+
 // TestProxyThrottleShedsByCriticality runs the binary with a throttler of
-// one request in flight and a queue of 2.5 ms of predicted cost (two
-// requests of the 1 ms an unmeasured route is predicted at) in front of
+// one request in flight and a queue of 2.5 ms of predicted cost (how many
+// requests fit depends on the cost measured for the first) in front of
 // an upstream that holds every request until released:
 //   - a queued client that leaves gives its place back (canceled);
 //   - with the queue full of SHEDDABLE, another SHEDDABLE is shed at once
@@ -83,55 +168,23 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 		io.WriteString(w, "ok "+r.URL.Path) //nolint:errcheck
 	}))
 	defer up.Close()
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold() // before up.Close, which waits for held requests on a failure
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", throttleRules)
 	p := startProxy(t, up.URL, dir, "--throttle-max-inflight", "1", "--throttle-queue-cost", "2500us", "--throttle-max-wait", "60s")
-	base, admin := "http://"+p.addrs["proxy"], "http://"+p.addrs["admin"]+"/metrics"
-	scrape := func() string { _, _, m := proxyGet(t, admin); return m }
-	gauge := func(name string) float64 { return sampleValue(t, scrape(), name) }
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	type result struct {
-		name   string
-		status int
-		retry  string
-	}
-	results := make(chan result, 256)
-	send := func(name, path, crit string) {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		if crit != "" {
-			req.Header.Set("X-Criticality", crit)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			results <- result{name: name, status: -1}
-			return
-		}
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
-		resp.Body.Close()
-		results <- result{name, resp.StatusCode, resp.Header.Get("Retry-After")}
-	}
-	next := func() result {
-		t.Helper()
-		select {
-		case r := <-results:
-			return r
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no answer in 20s\n%s", p.logs())
-		}
-		return result{}
-	}
-	waitGauge := func(name string, want float64) {
-		t.Helper()
-		redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("%s = %v", name, want), func() bool { return gauge(name) == want })
-	}
+	r := &throttleRig{t: t, p: p, base: "http://" + p.addrs["proxy"], admin: "http://" + p.addrs["admin"] + "/metrics",
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, results: make(chan throttleResult, 256)}
+	base := r.base
 	// the quota of /limited/ spent while the throttler is idle
 	if st, _, _ := proxyGet(t, base+"/limited/a"); st != 200 {
 		t.Fatalf("/limited/ first: %d", st)
 	}
-	goroutines := gauge("go_goroutines")
+	goroutines := r.gauge("go_goroutines")
 
-	go send("A", "/slow/a", "") // CRITICAL by default: runs, held by the upstream
-	waitGauge("floodgate_throttle_in_flight", 1)
+	go r.send("A", "/slow/a", "") // CRITICAL by default: runs, held by the upstream
+	r.waitGauge("floodgate_throttle_in_flight", 1)
 
 	// a queued client that leaves
 	c, err := net.Dial("tcp", p.addrs["proxy"])
@@ -139,61 +192,36 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(c, "GET /slow/gone HTTP/1.1\r\nHost: x\r\nX-Criticality: SHEDDABLE\r\n\r\n")
-	waitGauge("floodgate_throttle_queue_length", 1)
+	r.waitGauge("floodgate_throttle_queue_length", 1)
 	c.Close()
-	waitGauge("floodgate_throttle_queue_length", 0)
+	r.waitGauge("floodgate_throttle_queue_length", 0)
 
-	// SHEDDABLE requests fill the queue (how many fit depends on the
-	// cost predicted from /limited/a's) until one is shed at once
-	var queued []string
-	for i := 1; ; i++ {
-		if i > 200 {
-			t.Fatalf("200 SHEDDABLE requests queued and none shed")
-		}
-		name := fmt.Sprint("S", i)
-		go send(name, "/"+name, "SHEDDABLE")
-		var r result
-		redistest.WaitFor(t, 10*time.Second, name+" queued or shed", func() bool {
-			select {
-			case r = <-results:
-				return true
-			default:
-				return gauge("floodgate_throttle_queue_length") == float64(len(queued)+1)
-			}
-		})
-		if r.name == "" {
-			queued = append(queued, name)
-			continue
-		}
-		if r.name != name || r.status != 503 || r.retry != "1" || len(queued) == 0 {
-			t.Fatalf("SHEDDABLE at a full queue: %+v after %d queued; want %s 503 Retry-After 1", r, len(queued), name)
-		}
-		break
-	}
+	// SHEDDABLE requests fill the queue until one is shed at once
+	queued := r.fill()
 	newest := queued[len(queued)-1]
-	go send("C", "/slow/c", "CRITICAL") // evicts the newest SHEDDABLE
-	if r := next(); r.name != newest || r.status != 503 {
-		t.Fatalf("CRITICAL at a full queue: %+v; want %s evicted with 503", r, newest)
+	go r.send("C", "/slow/c", "CRITICAL") // evicts the newest SHEDDABLE
+	if res := r.next(); res.name != newest || res.status != 503 {
+		t.Fatalf("CRITICAL at a full queue: %+v; want %s evicted with 503", res, newest)
 	}
 	if st, _, _ := proxyGet(t, base+"/limited/b"); st != 429 {
 		t.Errorf("over quota while the throttler is full: %d, want 429", st)
 	}
-	if q := gauge("floodgate_throttle_queue_length"); q != float64(len(queued)) {
+	if q := r.gauge("floodgate_throttle_queue_length"); q != float64(len(queued)) {
 		t.Errorf("queue after the eviction: %v, want %d", q, len(queued))
 	}
-	close(release)
+	unhold()
 	got := map[string]int{}
 	for range len(queued) + 1 {
-		r := next()
-		got[r.name] = r.status
+		res := r.next()
+		got[res.name] = res.status
 	}
 	for _, name := range append([]string{"A", "C"}, queued[:len(queued)-1]...) {
 		if got[name] != 200 {
 			t.Errorf("admitted request %s: %d, want 200 (all: %v)", name, got[name], got)
 		}
 	}
-	waitGauge("floodgate_throttle_in_flight", 0)
-	m := scrape()
+	r.waitGauge("floodgate_throttle_in_flight", 0)
+	m := r.scrape()
 	for sample, want := range map[string]float64{
 		"floodgate_throttle_queue_length":                                            0,
 		`floodgate_throttle_shed_total{criticality="SHEDDABLE",reason="queue_full"}`: 1,
@@ -213,5 +241,5 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 	if n := arrived.Load(); n != int64(len(queued)+2) {
 		t.Errorf("the upstream saw %d requests, want %d", n, len(queued)+2)
 	}
-	redistest.WaitFor(t, 10*time.Second, "the proxy's goroutines back", func() bool { return gauge("go_goroutines") <= goroutines+2 })
+	redistest.WaitFor(t, 10*time.Second, "the proxy's goroutines back", func() bool { return r.gauge("go_goroutines") <= goroutines+2 })
 }
