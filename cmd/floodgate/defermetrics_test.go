@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ func TestProxyDeferMetrics(t *testing.T) {
 		io.WriteString(w, "ok") //nolint:errcheck
 	}))
 	defer up.Close()
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold() // before up.Close, which waits for held deliveries on a failure
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", deferRules)
 	p := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
@@ -76,7 +80,7 @@ func TestProxyDeferMetrics(t *testing.T) {
 		l2, a2 = scrape()
 		return l2 == 3 && a2 > a1 && a2 > 0
 	})
-	close(release)
+	unhold()
 	redistest.WaitFor(t, 20*time.Second, "the queue drained on /metrics", func() bool {
 		l, a := scrape()
 		return l == 0 && a == 0
