@@ -31,6 +31,7 @@ type deferWorkers struct {
 	consumer  string
 
 	mu     sync.Mutex
+	queues []*deferq.Queue // the running ones, for deferMetrics
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -75,6 +76,10 @@ func (d *deferWorkers) run(queues map[string]*deferq.Queue) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.stopLocked()
+	d.queues = d.queues[:0:0]
+	for _, q := range queues {
+		d.queues = append(d.queues, q)
+	}
 	if len(queues) == 0 {
 		return
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
+	"github.com/floodgate/floodgate/throttle/throttlemetrics"
 )
 
 // proxyConfig is what `floodgate proxy` is told, by flags or FLOODGATE_*
@@ -45,6 +46,7 @@ type proxyConfig struct {
 	// (0: none).
 	upstreamTimeout, bodyTimeout time.Duration
 	connCap                      connCapConfig
+	throttle                     throttleConfig
 	// deferClaimIdle is how long a deferred request a worker took may go
 	// unfinished before another worker claims it.
 	deferClaimIdle time.Duration
@@ -58,6 +60,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	c.registerMaxMemory(fs)
 	c.journal.register(fs)
 	c.connCap.register(fs)
+	c.throttle.register(fs)
 	fs.StringVar(&c.upstream, "upstream", envString("UPSTREAM", ""), "the service behind the proxy, http://host:port (required) [FLOODGATE_UPSTREAM]")
 	fs.StringVar(&c.listen, "listen", envString("LISTEN", "127.0.0.1:8000"), "the proxy's listen address (port 0: any free port) [FLOODGATE_LISTEN]")
 	fs.StringVar(&c.trusted, "trusted-proxies", envString("TRUSTED_PROXIES", ""), "comma-separated CIDRs of load balancers in front of the proxy, whose --client-ip-header is believed [FLOODGATE_TRUSTED_PROXIES]")
@@ -84,6 +87,9 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 		return nil, fmt.Errorf("proxy: --client-body-timeout %v: want 0 (no limit) or more", c.bodyTimeout)
 	}
 	if err := c.connCap.check(); err != nil {
+		return nil, err
+	}
+	if err := c.throttle.check(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -137,9 +143,15 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		return err
 	}
 	defer ovr.Close()
+	th := c.throttle.throttler()
+	if th != nil {
+		if err := metrics.Register(throttlemetrics.New(th, nil)); err != nil {
+			return err
+		}
+	}
 	fp, err := proxy.New(proxy.Config{Upstream: pc.upstream, TrustedProxies: pc.clientIP.TrustedProxies, XRateLimit: c.xRateLimit,
 		UpstreamTimeout: c.upstreamTimeout, BodyTimeout: c.bodyTimeout, Logger: log, Metrics: pm,
-		MaxConnsPerIP: c.connCap.maxConnsPerIP})
+		MaxConnsPerIP: c.connCap.maxConnsPerIP, Throttle: th, CriticalityHeader: c.throttle.header})
 	if err != nil {
 		return err
 	}
@@ -149,6 +161,11 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	}
 	dw := newDeferWorkers(rc, c.upstream, c.deferClaimIdle, log)
 	defer dw.stop()
+	if rc != nil {
+		if err := metrics.Register(newDeferMetrics(dw)); err != nil {
+			return err
+		}
+	}
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
 		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)}
 	cfg, err := loader.load() // builds the gate (onLoad)

@@ -71,7 +71,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	ambiguous := ambiguousFraming(&ctx.Request.Header)
 	switch q := p.deferQueue(v); {
 	case v.Allowed:
-		p.forward(ctx, pc, v)
+		p.forwardAdmitted(ctx, pc, v)
 	case q != nil && !pend.skipped:
 		p.deferRequest(ctx, pc, v, q)
 	default:

@@ -10,7 +10,8 @@
 // upstream and its answer back), upstream.go (the upstream's
 // connections), upgrade.go (protocol switches), hop.go (hop-by-hop
 // headers), refuse.go (refusals), conn.go (the client's connection),
-// wait.go (a delay that ends when its client leaves), metrics.go.
+// wait.go (a delay that ends when its client leaves), throttle.go (the
+// server throttler's admission before forwarding), metrics.go.
 package proxy
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/throttle"
 )
 
 // Config is what a Proxy is built from.
@@ -54,6 +56,14 @@ type Config struct {
 	// connection); one past it is answered 429 and closed at once. The
 	// TrustedProxies' addresses are exempt. 0: no cap.
 	MaxConnsPerIP int
+	// Throttle, if set, admits each request the gate allowed before it
+	// is forwarded: at once, after a wait in its queue, or shed with 503
+	// and Retry-After (see package throttle). Protocol switches are not
+	// throttled. nil: no throttler.
+	Throttle *throttle.Throttler
+	// CriticalityHeader is the request header the throttler reads a
+	// request's criticality from; throttle.DefaultHeader if empty.
+	CriticalityHeader string
 }
 
 // Proxy is the proxy's data path: a fasthttp server whose handler limits
@@ -103,6 +113,10 @@ type Proxy struct {
 	early bool
 	// conns caps the connections per client address (nil: no cap).
 	conns *connCap
+	// th admits allowed requests (nil: none); critHeader names the
+	// header of their criticality.
+	th         *throttle.Throttler
+	critHeader string
 }
 
 // Header and body sizes. Request headers must fit the server's read buffer,
@@ -147,6 +161,10 @@ func New(cfg Config) (*Proxy, error) {
 		upstream: pm.upstream,
 	}
 	p.timeouts.upstream, p.timeouts.body = cfg.UpstreamTimeout, cfg.BodyTimeout
+	p.th, p.critHeader = cfg.Throttle, cfg.CriticalityHeader
+	if p.critHeader == "" {
+		p.critHeader = throttle.DefaultHeader
+	}
 	p.conns = newConnCap(cfg.MaxConnsPerIP, cfg.TrustedProxies, pm.connsRefused)
 	for i, r := range clientReasons {
 		p.clientErrs[i] = pm.clients.WithLabelValues(r) // listed at 0 from the start
