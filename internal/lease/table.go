@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -39,94 +37,6 @@ func toUnits(f float64) int64 {
 }
 
 func fromUnits(u int64) float64 { return float64(u) / unitsPer }
-
-// A grant is a lease as the Table accounts for it.
-type grant struct {
-	units int64
-	exp   int64 // microseconds since the epoch; the lease holds while now < exp
-}
-
-func (g grant) live(now int64) bool { return g.exp > now }
-
-// An entry is one client of one resource.
-type entry struct {
-	rs      *resState
-	client  string
-	parts   []part
-	weight  int64 // clients it stands for
-	wants   float64
-	cur     grant   // the newest lease granted
-	olds    []grant // older leases it may still hold (a lost response): see addOld
-	counted int64   // what it may hold, as counted in rs.held
-	hidx    int     // index in the Table's expiry heap, -1 if none
-	next    int64   // the heap key: its next lease expiry
-	lidx    int     // index in rs.list
-	inline  [1]part
-}
-
-// mayHold is the most the client may hold at now.
-func (e *entry) mayHold(now int64) int64 {
-	var u int64
-	if e.cur.live(now) {
-		u = e.cur.units
-	}
-	for _, g := range e.olds {
-		if g.live(now) {
-			return max(u, g.units) // the first live one is the largest
-		}
-	}
-	return u
-}
-
-// nextExpiry is the earliest expiry after now of its leases, or 0 if all
-// have expired.
-func (e *entry) nextExpiry(now int64) int64 {
-	var n int64
-	if e.cur.live(now) {
-		n = e.cur.exp
-	}
-	for _, g := range e.olds {
-		if g.live(now) && (n == 0 || g.exp < n) {
-			n = g.exp
-		}
-	}
-	return n
-}
-
-// maxOlds bounds the older leases kept per entry; beyond it the two
-// earliest are merged into one bound of both (larger capacity, later
-// expiry): never less than the truth.
-const maxOlds = 16
-
-// addOld records g as a lease the client may still hold. The list is kept
-// as what matters for the largest live lease at any later instant: sorted
-// by expiry, capacities strictly decreasing; a lease ending no later than
-// another at least as large is dropped, as are expired ones.
-func (e *entry) addOld(g grant, now int64) {
-	if !g.live(now) {
-		return
-	}
-	kept := e.olds[:0]
-	for _, o := range e.olds {
-		if o.live(now) && !(o.units <= g.units && o.exp <= g.exp) {
-			kept = append(kept, o)
-		}
-	}
-	i := len(kept)
-	for i > 0 && kept[i-1].exp > g.exp {
-		i--
-	}
-	if i > 0 && kept[i-1].exp == g.exp && kept[i-1].units >= g.units || i < len(kept) && kept[i].units >= g.units {
-		e.olds = kept // dominated by a lease kept
-		return
-	}
-	kept = slices.Insert(kept, i, g)
-	if len(kept) > maxOlds {
-		kept[1] = grant{max(kept[0].units, kept[1].units), kept[1].exp}
-		kept = slices.Delete(kept, 0, 1)
-	}
-	e.olds = kept
-}
 
 // resState is one resource's state.
 type resState struct {
@@ -417,23 +327,6 @@ func (t *Table) entry(client, resource string, now int64) *entry {
 	return e
 }
 
-// setParts replaces the entry's demand, marking the plans dirty: callers
-// skip it when the demand is unchanged.
-func (e *entry) setParts(ps []part) {
-	e.parts = ps
-	var w int64
-	var wants float64
-	for _, p := range ps {
-		w += int64(p.weight)
-		wants += p.wants
-	}
-	e.rs.weight += w - e.weight
-	e.rs.churn += math.Abs(wants - e.wants)
-	e.weight, e.wants = w, wants
-	e.rs.dirty = true
-	e.rs.since++
-}
-
 // capUnits is the resource's capacity for new grants now.
 func (t *Table) capUnits(rs *resState, now int64) int64 {
 	if rs.hasParent || t.intermediate {
@@ -491,35 +384,6 @@ func (t *Table) grant(e *entry, has Lease, now int64) Lease {
 	e.cur = g
 	t.recount(e, now)
 	return Lease{Capacity: fromUnits(g.units), Expiry: time.UnixMicro(g.exp), Refresh: refresh, Safe: t.safe(rs, capU)}
-}
-
-// raiseWatermark durably saves a new watermark, now + 2 × the longest
-// lease length (at least exp), before a lease ending at exp is granted, so
-// that saves come about once per lease length. It reports whether the save
-// succeeded.
-func (t *Table) raiseWatermark(now, exp int64) bool {
-	w := max(now+2*t.maxLease, exp)
-	if err := t.wsave(time.UnixMicro(w)); err != nil {
-		return false
-	}
-	t.wmark = w
-	return true
-}
-
-// SetWatermark makes the table keep a lease watermark: before granting any
-// lease that ends after the watermark (initially until), it calls save with
-// a new one, now + 2 × the longest lease length configured, which save must
-// write durably before it returns. If save fails, the lease is granted with
-// capacity 0. A server restarted from the saved watermark knows that no
-// lease it granted before ends after it (StartLearningUntil). save is
-// called with the table locked, about once per lease length.
-func (t *Table) SetWatermark(until time.Time, save func(until time.Time) error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.wmark, t.wsave = until.UnixMicro(), save
-	if until.IsZero() {
-		t.wmark = 0
-	}
 }
 
 // FastRefreshDivisor divides a resource's refresh interval for a lease in
@@ -721,154 +585,4 @@ func (t *Table) SetParent(resource string, l Lease) {
 	}
 	rs.parent = grant{units: toUnits(l.Capacity), exp: l.Expiry.UnixMicro()}
 	rs.dirty = true
-}
-
-// Demand returns, per resource, its clients' wants by priority band
-// (highest first) and the lease held from the parent: what an intermediate
-// server asks its parent for (Table.GetServer). Has is the newest parent
-// lease, its Capacity raised to what this table's clients may still hold
-// (Outstanding) when that is more: leases granted under an older, larger
-// parent lease are still out, and the parent must go on counting them.
-// Resources are sorted by id.
-func (t *Table) Demand() []Demand {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.expire(t.clock.NowMicro())
-	out := make([]Demand, 0, len(t.res))
-	for _, rs := range t.sorted() {
-		d := Demand{Resource: rs.id}
-		if rs.hasParent {
-			// What this server may still have out under its parent: the
-			// newest parent lease, or more while its clients still hold
-			// leases granted under an older, larger one. Reporting only the
-			// newest would let the parent take the older one for superseded
-			// and grant it to a sibling while the clients here still use it.
-			d.Has = Lease{Capacity: fromUnits(max(rs.parent.units, rs.held)), Expiry: time.UnixMicro(rs.parent.exp), Refresh: rs.conf.RefreshInterval}
-		}
-		bands := map[int64]*Band{}
-		for _, e := range rs.list {
-			for _, p := range e.parts {
-				b := bands[p.prio]
-				if b == nil {
-					b = &Band{Priority: p.prio}
-					bands[p.prio] = b
-				}
-				b.Clients += int64(p.weight)
-				b.Wants += p.wants
-			}
-		}
-		for _, b := range bands {
-			d.Bands = append(d.Bands, *b)
-		}
-		sort.Slice(d.Bands, func(i, j int) bool { return d.Bands[i].Priority > d.Bands[j].Priority })
-		out = append(out, d)
-	}
-	return out
-}
-
-func (t *Table) sorted() []*resState {
-	rss := make([]*resState, 0, len(t.res))
-	for _, rs := range t.res {
-		rss = append(rss, rs)
-	}
-	sort.Slice(rss, func(i, j int) bool { return rss[i].id < rss[j].id })
-	return rss
-}
-
-// StartLearning puts every resource in learning mode for its LearningMode
-// duration, from now: called on becoming master. In learning mode a client
-// gets back what it reports holding (Request.Has, capped so that the sum
-// stays within the capacity), and a client holding nothing gets 0.
-func (t *Table) StartLearning() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.learning, t.learnAt, t.learnEnd = true, t.clock.NowMicro(), 0
-	for _, rs := range t.res {
-		rs.learnTo = t.learnAt + rs.conf.LearningMode.Microseconds()
-	}
-}
-
-// StartLearningUntil puts every resource in learning mode until end (as
-// StartLearning does, but to a fixed end): called on a restart when leases
-// granted before it may be outstanding until end (SetWatermark's saved
-// watermark). An end not after now changes nothing.
-func (t *Table) StartLearningUntil(end time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now, e := t.clock.NowMicro(), end.UnixMicro()
-	if e <= now {
-		return
-	}
-	t.learning, t.learnAt, t.learnEnd = true, now, e
-	for _, rs := range t.res {
-		rs.learnTo = e
-	}
-}
-
-// Horizon returns when the last lease that a client may still hold ends:
-// the latest expiry of every unexpired lease the table granted (older ones
-// a lost response may have left included), and, after StartLearningUntil,
-// that end while it is ahead (leases granted before a restart). The zero
-// time when nothing may be held. A server that stops gracefully saves it
-// as its watermark, so that a restart learns only while leases are out.
-func (t *Table) Horizon() time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.clock.NowMicro()
-	t.expire(now)
-	var h int64
-	if t.learning && t.learnEnd > now {
-		h = t.learnEnd
-	}
-	for _, rs := range t.res {
-		for _, e := range rs.list {
-			if e.cur.live(now) {
-				h = max(h, e.cur.exp)
-			}
-			for _, g := range e.olds {
-				if g.live(now) {
-					h = max(h, g.exp)
-				}
-			}
-		}
-	}
-	if h == 0 {
-		return time.Time{}
-	}
-	return time.UnixMicro(h)
-}
-
-// Outstanding returns the capacity of resource in unexpired leases now,
-// counting for each client the larger of its newest lease and any older
-// one it may still hold: the sum that never exceeds the capacity.
-func (t *Table) Outstanding(resource string) float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.expire(t.clock.NowMicro())
-	if rs := t.res[resource]; rs != nil {
-		return fromUnits(rs.held)
-	}
-	return 0
-}
-
-// Stats returns each resource's figures now, sorted by resource id, under
-// the configuration live now (a Reload shows at once, not at the
-// resource's next request). Clients counts the direct clients (an
-// intermediate server is one).
-func (t *Table) Stats() []Stats {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.clock.NowMicro()
-	t.expire(now)
-	out := make([]Stats, 0, len(t.res))
-	for _, rs := range t.sorted() {
-		t.state(rs.id) // a Reload applies now, not at the resource's next request
-		s := Stats{Resource: rs.id, Capacity: fromUnits(t.capUnits(rs, now)), Granted: fromUnits(rs.held),
-			Clients: int64(len(rs.clients)), Learning: now < rs.learnTo}
-		for _, e := range rs.list {
-			s.Wanted += e.wants
-		}
-		out = append(out, s)
-	}
-	return out
 }
