@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/recorder"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -67,6 +68,10 @@ type Options struct {
 	// Logger receives warnings, such as failed override lookups (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// RecordDecisions keeps the recent history of decisions per rule and
+	// second for floodgate's dashboard (Service.Recorder): an atomic add
+	// per decision.
+	RecordDecisions bool
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -86,7 +91,9 @@ type Service struct {
 
 	lastLog atomic.Int64
 
-	limited limitedKeys // the top limited keys per rule (GET /v1/top)
+	limited limitedKeys        // the top limited keys per rule (GET /v1/top)
+	rec     *recorder.Recorder // nil unless Options.RecordDecisions
+	own     sync.Map           // domain → *recorder.Counters: requests' own limits
 }
 
 // New returns a service deciding with cfg's rules.
@@ -107,9 +114,17 @@ func New(cfg *rules.Config, opts Options) *Service {
 		AllowRequestLimits: opts.AllowRequestLimits,
 		Logger:             opts.Logger,
 	})}
+	if opts.RecordDecisions {
+		s.rec = recorder.New()
+	}
 	s.rules.Store(cfg)
 	return s
 }
+
+// Recorder returns the history of decisions kept for the dashboard, nil
+// unless Options.RecordDecisions. Its owner samples it every second
+// (recorder.Recorder.Sample).
+func (s *Service) Recorder() *recorder.Recorder { return s.rec }
 
 // SetRules swaps the live rules (a reload); the top limited keys of rules
 // no longer live are dropped.
@@ -143,6 +158,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.Decide(ctx, req)
+	if s.rec != nil && err == nil {
+		s.rec.ObserveLatency(time.Since(start))
+	}
 	if s.opts.Metrics != nil {
 		domain := req.GetDomain()
 		if cfg := s.rules.Load(); cfg == nil || cfg.Domain(domain) == nil {
@@ -302,7 +320,30 @@ func (s *Service) observeDecision(domain string, r *decide.Result) {
 	if !r.Decision.Allowed {
 		s.limited.add(domain, ruleName(r.Limit), r.Key)
 	}
+	if s.rec != nil {
+		s.counters(domain, r.Limit).Record(r.Decision.Allowed, r.Shadow || r.Limit.QuotaMode, r.Decision.Degraded, r.Decision.Excess)
+	}
 }
+
+// counters are l's decision counters in the recorder: found by the
+// limit's pointer, or, for a request's own limit (a fresh one each time),
+// by domain.
+func (s *Service) counters(domain string, l *rules.Limit) *recorder.Counters {
+	if l.Policy != nil {
+		return s.rec.For(l, recorder.ID{Domain: domain, Rule: l.Name})
+	}
+	if c, ok := s.own.Load(domain); ok {
+		return c.(*recorder.Counters)
+	}
+	c := s.rec.For(ownLimits{domain}, recorder.ID{Domain: domain, Rule: requestLimitRule})
+	if cfg := s.rules.Load(); cfg != nil && cfg.Domain(domain) != nil { // own limits need a known domain: bounded
+		s.own.Store(domain, c)
+	}
+	return c
+}
+
+// ownLimits is the recorder's key of a domain's own limits.
+type ownLimits struct{ domain string }
 
 // ruleName is a limit's name as GET /v1/rules and the metrics show it:
 // requestLimitRule for a request's own limit.
