@@ -45,7 +45,7 @@ func (c *serveConfig) newDashboard(svc *service.Service, st *serveStores, loader
 		return nil
 	}
 	src := &serveSource{svc: svc, st: st, loader: loader}
-	return dashboard.New(src, dashboard.Options{Token: c.adminToken, Guard: svc.RequireToken, Admin: svc.AdminHandler(c.adminToken), Server: "serve"})
+	return dashboard.New(src, dashboard.Options{Token: c.adminToken, Guard: svc.RequireToken, Admin: svc.AdminHandler(""), Server: "serve"})
 }
 
 // sampleEverySecond samples rec once a second until the returned stop is

@@ -183,7 +183,8 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host == r.Host
 }
 
-// api serves /dashboard/api/{path}: the admin API's path, with the token.
+// api serves /dashboard/api/{path}: the admin API's path, for a request
+// the dashboard has authenticated.
 func (d *Dashboard) api(w http.ResponseWriter, r *http.Request, path string) {
 	if d.opts.Admin == nil {
 		http.Error(w, "no admin API on this server", http.StatusNotFound)
@@ -197,9 +198,7 @@ func (d *Dashboard) api(w http.ResponseWriter, r *http.Request, path string) {
 	r2.URL.Path, r2.URL.RawPath = path, ""
 	r2.RequestURI = ""
 	r2.Header.Del("Cookie")
-	if d.opts.Token != "" {
-		r2.Header.Set("Authorization", "Bearer "+d.opts.Token)
-	}
+	r2.Header.Del("Authorization")
 	d.opts.Admin.ServeHTTP(w, r2)
 }
 

@@ -95,7 +95,10 @@ type Options struct {
 	// its throttle of failed attempts (service.Service.RequireToken).
 	Guard func(token string, h http.Handler) http.Handler
 	// Admin is the admin API the page's panels call (key inspector,
-	// overrides, what if) through /dashboard/api/; nil hides those panels.
+	// overrides, what if) through /dashboard/api/, without its token
+	// guard (service.Service.AdminHandler("")): the dashboard has
+	// authenticated each request itself, and a second guard would throttle
+	// a logged-in operator for others' failures. nil hides those panels.
 	Admin http.Handler
 	// Server names the server on the page: "serve" or "proxy".
 	Server string

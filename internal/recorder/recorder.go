@@ -132,10 +132,11 @@ func (r *Recorder) counters(id ID) *Counters {
 	if ru := r.rules[id]; ru != nil {
 		return ru.c
 	}
-	if len(r.rules) >= MaxRules {
+	// MaxRules-1 rules, and OtherRule for the rest
+	if len(r.rules) >= MaxRules-1 {
 		r.dropIdle()
 	}
-	if len(r.rules) >= MaxRules {
+	if len(r.rules) >= MaxRules-1 {
 		id = ID{Rule: OtherRule}
 		if ru := r.rules[id]; ru != nil {
 			return ru.c
