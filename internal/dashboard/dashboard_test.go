@@ -33,8 +33,8 @@ func (s *testSource) Series(since int64) ([]recorder.Series, recorder.Latency, i
 	return s.rec.Since(since)
 }
 func (s *testSource) Top(n int) []service.TopRule { return s.svc.TopLimited("", "", n) }
-func (s *testSource) Health() Health               { return Health{Store: "memory", Ready: true} }
-func (s *testSource) Rules() *Rules                { return &Rules{Limits: []Limit{}, Reload: Reload{OK: true}} }
+func (s *testSource) Health() Health              { return Health{Store: "memory", Ready: true} }
+func (s *testSource) Rules() *Rules               { return &Rules{Limits: []Limit{}, Reload: Reload{OK: true}} }
 
 // fakeNow is a settable clock of sessions.
 type fakeNow struct {
@@ -454,4 +454,3 @@ func TestStreamsBoundedAndClosed(t *testing.T) {
 		}
 	}
 }
-
