@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/internal/recorder"
+	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -91,7 +92,7 @@ type Service struct {
 
 	lastLog atomic.Int64
 
-	limited limitedKeys        // the top limited keys per rule (GET /v1/top)
+	limited *topk.Rules        // the top limited keys per rule (GET /v1/top)
 	rec     *recorder.Recorder // nil unless Options.RecordDecisions
 	own     sync.Map           // domain → *recorder.Counters: requests' own limits
 }
@@ -114,6 +115,7 @@ func New(cfg *rules.Config, opts Options) *Service {
 		AllowRequestLimits: opts.AllowRequestLimits,
 		Logger:             opts.Logger,
 	})}
+	s.limited = newLimited()
 	if opts.RecordDecisions {
 		s.rec = recorder.New()
 	}
@@ -130,7 +132,7 @@ func (s *Service) Recorder() *recorder.Recorder { return s.rec }
 // no longer live are dropped.
 func (s *Service) SetRules(cfg *rules.Config) {
 	s.rules.Store(cfg)
-	s.limited.prune(cfg)
+	pruneLimited(s.limited, cfg)
 }
 
 // Rules returns the live rules.
@@ -318,7 +320,7 @@ func (s *Service) observeDecision(domain string, r *decide.Result) {
 		s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
 	}
 	if !r.Decision.Allowed {
-		s.limited.add(domain, ruleName(r.Limit), r.Key)
+		s.limited.Add(topk.RuleID{Domain: domain, Rule: ruleName(r.Limit)}, r.Key)
 	}
 	if s.rec != nil {
 		s.counters(domain, r.Limit).Record(r.Decision.Allowed, r.Shadow || r.Limit.QuotaMode, r.Decision.Degraded, r.Decision.Excess)

@@ -247,7 +247,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			chromedp.WithPollingTimeout(2*time.Minute))); err != nil {
 			t.Fatal(err)
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"testing"
 )
 
@@ -180,5 +181,39 @@ func BenchmarkAddFlood(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		s.Add(keys[i&4095], 1)
+	}
+}
+
+// TestRulesConcurrentAndBounded: counting from many goroutines loses
+// nothing (run with -race), rules beyond the bound are not kept, and a
+// pruned rule frees its place.
+func TestRulesConcurrentAndBounded(t *testing.T) {
+	r := NewRules(10, 3)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 1000 {
+				r.Add(RuleID{"d", fmt.Sprint("r", i%5)}, fmt.Sprint("k", (i+w)%2))
+			}
+		})
+	}
+	wg.Wait()
+	top := r.Top(nil, 0)
+	if len(top) != 3 {
+		t.Fatalf("%d rules kept, want the bound 3", len(top))
+	}
+	for _, rt := range top {
+		var sum uint64
+		for _, e := range rt.Keys {
+			sum += e.Count
+		}
+		if sum != 800 {
+			t.Errorf("%v: %d counted, want 800", rt.RuleID, sum)
+		}
+	}
+	r.Prune(func(id RuleID) bool { return id != top[0].RuleID })
+	r.Add(RuleID{"d", "new"}, "k")
+	if got := r.Top(func(id RuleID) bool { return id.Rule == "new" }, 0); len(got) != 1 {
+		t.Errorf("after a prune, a new rule: %+v", got)
 	}
 }
