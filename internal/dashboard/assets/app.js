@@ -136,7 +136,7 @@
     if (!latency.plot) {
       $("latency-chart").append(el("h3", {}, "Decision latency (µs, upper bound of a power-of-two bucket)"));
       latency.plot = new uPlot({ width: chartWidth($("latency-chart")), height: 140,
-        series: [{}, { label: "p50", stroke: "#2874a6" }, { label: "p99", stroke: "#c0392b" }], scales: { x: { time: true } } }, data, $("latency-chart"));
+        series: [{}, { label: "p50", stroke: "#2874a6" }, { label: "p99", stroke: "#c0392b" }], axes: [{}, { size: 60 }], scales: { x: { time: true } } }, data, $("latency-chart"));
     } else {
       latency.plot.setData(data);
     }
