@@ -198,3 +198,20 @@ func BenchmarkRecord(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRecordKept is what the service pays a decision: its counters
+// are kept with the limit's metrics series (no lookup), so a check that
+// they were not dropped, the count, and the latency.
+func BenchmarkRecordKept(b *testing.B) {
+	r := New()
+	c := r.For(&limit{}, ID{"d", "a"})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !c.Dropped() {
+				c.Record(true, false, false, false)
+			}
+			r.ObserveLatency(300 * time.Microsecond)
+		}
+	})
+}
