@@ -199,3 +199,31 @@ func TestProxyDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardStreamEndsOnSIGTERM: an open event stream does not hold
+// SIGTERM's drain: the stream ends and serve exits at once, well within a
+// drain timeout of ten minutes (stop fails after 20 s).
+func TestDashboardStreamEndsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--drain-timeout", "10m")
+	resp, err := http.Get("http://" + s.admin + "/dashboard/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before its first snapshot: %v", err)
+		}
+		if line == "event: snapshot\n" {
+			break
+		}
+	}
+	s.stop(t)
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Logf("stream: %v", err)
+	}
+}
