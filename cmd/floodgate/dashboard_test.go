@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/dashboard"
 	"github.com/floodgate/floodgate/internal/recorder"
+	"github.com/floodgate/floodgate/internal/redistest"
 )
 
 // dashboardRoutes are the dashboard's routes, each as a client calls it.
@@ -270,6 +271,36 @@ func TestDashboardRulesAndReload(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no refused reload in a minute: %+v", snap.Rules.Reload)
+		}
+	}
+}
+
+// TestDashboardRedisHealth: the store panel's data follows Redis: the
+// breaker closed while it answers; open, with errors and degraded
+// decisions, once it is killed.
+func TestDashboardRedisHealth(t *testing.T) {
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	s.ask(t, "api", desc("user", "a"))
+	h := snapshotOf(t, s.admin).Health
+	if h.Store != "redis" || h.Breaker != "closed" || h.Calls == 0 || h.Errors != 0 {
+		t.Fatalf("health with Redis up: %+v", h)
+	}
+	srv.Kill()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s.ask(t, "api", desc("user", "a")) // decided by the failure mode
+		h = snapshotOf(t, s.admin).Health
+		if h.Breaker == "open" {
+			if h.Errors == 0 || h.Degraded == 0 || h.BreakerOpens == 0 {
+				t.Errorf("breaker open: %+v, want errors, degraded decisions and an opening counted", h)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the breaker never showed open with Redis killed: %+v", h)
 		}
 	}
 }
