@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -349,4 +352,38 @@ func TestDashboardPageLoad(t *testing.T) {
 		}
 		s.stop(t)
 	}
+}
+
+// TestProxyDashboardInBrowser: floodgate proxy's dashboard in Chromium,
+// under load through the proxy: the route's chart and its flooding key
+// show; the panels the proxy has no data for (key inspector, overrides,
+// rules) are hidden.
+func TestProxyDashboardInBrowser(t *testing.T) {
+	ctx := browser(t)
+	shots := artifacts(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", proxyRules)
+	p := startProxy(t, up.URL, dir, "--admin-token", strongToken)
+	base := "http://" + p.addrs["proxy"]
+	for range 10 {
+		proxyGet(t, base+"/keyed/x", "X-API-Key", "flooder")
+	}
+	if err := steps(ctx, chromedp.Navigate("http://"+p.addrs["admin"]+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), strongToken), chromedp.Click(chromedp.CSS("#login"))); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the first snapshot", `document.body.dataset.ready === "1"`)
+	poll(t, ctx, "per-key's chart with refusals", `window.floodgate.plotted().some(r => r.rule === "edge/per-key" && r.sums.refused === 7 && r.sums.allowed === 3)`)
+	poll(t, ctx, "flooder in the top keys", `[...document.querySelectorAll('#top-keys .top-key td.key')].some(e => e.textContent === "flooder")`)
+	for _, id := range []string{"inspector", "overrides", "rules", "latency-chart"} {
+		if shown := eval[bool](t, ctx, `document.getElementById("`+id+`").offsetParent !== null`); shown {
+			t.Errorf("panel %s shown on proxy, which has no data for it", id)
+		}
+	}
+	if s := eval[string](t, ctx, `document.getElementById("server").textContent`); !strings.Contains(s, "proxy") {
+		t.Errorf("server %q", s)
+	}
+	shoot(t, ctx, shots, "proxy")
 }

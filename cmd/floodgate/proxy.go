@@ -195,7 +195,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	loader.svc = svc
 	var dash *dashboard.Dashboard
 	if pd != nil {
-		dash = dashboard.New(pd, dashboard.Options{Token: c.adminToken, Guard: svc.RequireToken, Server: "proxy"})
+		dash = dashboard.New(pd, dashboard.Options{Token: c.adminToken, Guard: svc.RequireToken, Server: "proxy", NoLatency: true})
 		stop := sampleEverySecond(pd.rec)
 		defer stop()
 	}

@@ -111,6 +111,8 @@ type Options struct {
 	Now func() time.Time
 	// MaxStreams bounds the event streams open at once (default 64).
 	MaxStreams int
+	// NoLatency hides the decision latency chart: the Source measures none.
+	NoLatency bool
 }
 
 // Dashboard is the handler of /dashboard/.

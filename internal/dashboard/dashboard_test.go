@@ -386,7 +386,7 @@ func TestEventsCarryDeltas(t *testing.T) {
 	if s.Time != base || len(s.Series) != 1 || s.Series[0].Counts[len(s.Series[0].Counts)-1][recorder.Refused] != 1 {
 		t.Fatalf("first snapshot: %+v", s)
 	}
-	if s.Outcomes[recorder.Refused] != "refused" || !s.Panels.Admin || s.Health.Store != "memory" || s.Rules == nil {
+	if s.Outcomes[recorder.Refused] != "refused" || !s.Panels.Admin || !s.Panels.Latency || s.Health.Store != "memory" || s.Rules == nil {
 		t.Errorf("first snapshot: %+v", s)
 	}
 	cnt.Record(true, false, false, false)

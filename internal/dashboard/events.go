@@ -30,8 +30,9 @@ type Snapshot struct {
 
 // Panels say which panels the server has data for.
 type Panels struct {
-	Admin bool `json:"admin"` // key inspector, overrides editor (the admin API)
-	Rules bool `json:"rules"`
+	Admin   bool `json:"admin"` // key inspector, overrides editor (the admin API)
+	Rules   bool `json:"rules"`
+	Latency bool `json:"latency"` // the decision latency chart
 }
 
 // snapshot is the server's state, with the seconds after since.
@@ -46,7 +47,7 @@ func (d *Dashboard) snapshot(since int64) Snapshot {
 	}
 	rules := d.src.Rules()
 	return Snapshot{Server: d.opts.Server, Outcomes: recorder.OutcomeNames, Time: last, Series: series, Latency: lat,
-		Top: top, Health: d.src.Health(), Rules: rules, Panels: Panels{Admin: d.opts.Admin != nil, Rules: rules != nil}}
+		Top: top, Health: d.src.Health(), Rules: rules, Panels: Panels{Admin: d.opts.Admin != nil, Rules: rules != nil, Latency: !d.opts.NoLatency}}
 }
 
 // events serves GET /dashboard/events: a snapshot at once, then one every

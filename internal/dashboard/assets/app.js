@@ -196,7 +196,8 @@
     applySeries(snap);
     updateRuleFilter();
     drawCharts();
-    applyLatency(snap.latency);
+    $("latency-chart").hidden = !(snap.panels && snap.panels.latency);
+    if (snap.panels && snap.panels.latency) applyLatency(snap.latency);
     drawTop(snap.top);
     drawHealth(snap.health || {});
     drawRules(snap.rules);
