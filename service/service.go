@@ -238,6 +238,7 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 	resp, parts := newResponse(len(res))
 	var hdr headerState
 	var violations []int // descriptors over their quota in quota mode
+	soft := false        // an enforced soft-mode limit let a descriptor past its soft line
 	for i := range res {
 		r := &res[i]
 		st, ph := s.status(req, i, r, &parts[i])
@@ -253,10 +254,16 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 			// the headers speak of the limits that are enforced, and of
 			// the same wait as the status
 			hdr.add(ph, &r.Decision, r.Code == decide.Over)
+			soft = soft || softCrossed(&r.Decision)
 		}
 	}
 	if !s.opts.NoRateLimitHeaders || s.opts.XRateLimitHeaders {
 		resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, !s.opts.NoRateLimitHeaders, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
+	if soft {
+		// as the middleware marks it (gate.HeaderWarning); Envoy adds it
+		// to the downstream response, OK or not
+		resp.ResponseHeadersToAdd = appendHeader(resp.ResponseHeadersToAdd, HeaderWarning, WarningValue)
 	}
 	resp.DynamicMetadata = dynamicMetadata(res, violations)
 	return resp
