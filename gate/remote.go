@@ -48,7 +48,14 @@ func (g *Gate) remote(ctx context.Context, v *Verdict) {
 	}
 	for start := 0; start < len(v.Outcomes); start += maxOps {
 		part := v.Outcomes[start:min(start+maxOps, len(v.Outcomes))]
+		var t0 time.Time
+		if g.tracer != nil {
+			t0 = time.Now()
+		}
 		ans, err := g.remoteCall(ctx, part)
+		if g.tracer != nil {
+			v.storeTook += time.Since(t0)
+		}
 		if err != nil {
 			v.Err = err
 			g.logf("floodgate: the rate limit service failed; the gate's failure policy decides meanwhile", "err", err)

@@ -76,8 +76,9 @@ type Verdict struct {
 	// Headers from a remote service (RateLimit fields it computed).
 	RemoteHeaders [][2]string
 
-	buf [4]Outcome
-	rs  *rulesScratch // the rules-file outcomes' plan, kept for the next request
+	buf       [4]Outcome
+	storeTook time.Duration // time in the store's (or service's) calls, when traced
+	rs        *rulesScratch // the rules-file outcomes' plan, kept for the next request
 }
 
 // rulesScratch is what a verdict keeps of its rules-file outcomes' plan:
