@@ -14,6 +14,10 @@ func (g *Gate) decideTraced(ctx context.Context, r *Request, v *Verdict) {
 	ctx, span := g.tracer.Start(ctx, r.traceCarrier())
 	v.storeTook = 0
 	g.decideOutcomes(ctx, v)
+	if !span.IsRecording() { // sampled out: nothing to say
+		span.End()
+		return
+	}
 	d := decisiontrace.Decision{StoreLatency: v.storeTook, Allowed: v.Allowed}
 	shadow := false
 	for i := range v.Outcomes {

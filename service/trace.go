@@ -20,6 +20,10 @@ type spanDecisionKey struct{}
 // holds (s.tracer is set).
 func (s *Service) decideTraced(ctx context.Context, req *rlsv3.RateLimitRequest, carrier propagation.TextMapCarrier) (*rlsv3.RateLimitResponse, error) {
 	ctx, span := s.tracer.Start(ctx, carrier)
+	if !span.IsRecording() { // sampled out: nothing to say
+		defer span.End()
+		return s.decideObserved(ctx, req)
+	}
 	sd := &decisiontrace.Decision{Domain: req.GetDomain()}
 	if cfg := s.rules.Load(); cfg == nil || cfg.Domain(sd.Domain) == nil {
 		sd.Domain = "_unknown" // as the metrics say it: callers choose domains
