@@ -133,7 +133,7 @@ func NewMetrics() *Metrics {
 			Help: "Descriptor decisions by domain, rule and outcome (ok, over_limit, shadow_over_limit, quota_over_limit, and each degraded_: decided by a failure mode)."},
 			[]string{"domain", "rule", "outcome"}),
 		soft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_soft_limit_crossings_total",
-			Help: "Descriptors a rule in mode: soft admitted past its soft line (beyond requests_per_unit, within soft_percent), by domain and rule: each got Floodgate-Warning, unless its rule is in shadow mode. Counted in floodgate_decisions_total as ok too."},
+			Help: "Descriptors a rule in mode: soft admitted past its soft line (beyond requests_per_unit, within soft_percent), by domain and rule: each got Floodgate-Warning, unless its rule is in shadow mode. Each is also in floodgate_decisions_total (ok, or degraded_ok)."},
 			[]string{"domain", "rule"}),
 		detailed: &topValues{desc: prometheus.NewDesc("floodgate_top_value_decisions",
 			"Decisions per descriptor value for rules with detailed_metric: the 100 most frequent values per rule (Space-Saving estimate), the rest as \"other\". A gauge: values enter and leave the top.",
