@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -95,6 +96,13 @@ func (g *Gate) remote(ctx context.Context, v *Verdict) {
 		}
 	}
 	v.RemoteHeaders = append(v.RemoteHeaders, ans.Headers...)
+	for i := range answers {
+		for _, kv := range answers[i].Headers {
+			if strings.EqualFold(kv[0], HeaderWarning) {
+				v.Soft = true // the service let a descriptor past a soft limit
+			}
+		}
+	}
 }
 
 // remoteCall asks the service about outcomes, each one descriptor.

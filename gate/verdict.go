@@ -66,7 +66,7 @@ type Verdict struct {
 	// Delayed is how long a Delay action held the request.
 	Delayed time.Duration
 	// Soft: a limit in soft or elastic mode let the request past its
-	// soft line.
+	// soft line (with a remote service: it sent Floodgate-Warning).
 	Soft bool
 	// Err is a store or remote failure (the request passed unless
 	// Config.FailClosed; either way each limit that asked has the failure
