@@ -13,6 +13,8 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +46,12 @@ descriptors:
 
 func benchService(b *testing.B, store floodgate.Store) *service.Service {
 	b.Helper()
+	return benchServiceWith(b, store, nil)
+}
+
+// benchServiceWith is benchService tracing to tp (nil: off).
+func benchServiceWith(b *testing.B, store floodgate.Store, tp trace.TracerProvider) *service.Service {
+	b.Helper()
 	d, err := rules.Parse("bench.yaml", []byte(benchRules))
 	if err != nil {
 		b.Fatal(err)
@@ -58,7 +66,7 @@ func benchService(b *testing.B, store floodgate.Store) *service.Service {
 	}
 	cache := overrides.NewCache(bolt, 1<<16, 0)
 	b.Cleanup(func() { cache.Close() })
-	return service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: 50 * time.Millisecond, Metrics: service.NewMetrics()})
+	return service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: 50 * time.Millisecond, Metrics: service.NewMetrics(), TracerProvider: tp})
 }
 
 func benchStore(b *testing.B, kind string) floodgate.Store {
@@ -217,4 +225,39 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTracing is one decision through ShouldRateLimit on the memory
+// store, from one goroutine, with tracing off (no TracerProvider), on
+// but sampled out, and on with every decision recorded by the SDK (no
+// exporter: the instrumentation's own cost).
+//
+//	go test -run '^$' -bench 'Tracing' -benchmem ./service
+func BenchmarkTracing(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"off", nil},
+		{"unsampled", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))},
+		{"sampled", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			svc := benchServiceWith(b, benchStore(b, "memory"), c.tp)
+			reqs := benchRequests()
+			ctx := context.Background()
+			for _, r := range reqs {
+				if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, err := svc.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -206,7 +207,12 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "request: %v", err)
 		return
 	}
-	resp, err := s.decideObserved(r.Context(), &req)
+	var resp *rlsv3.RateLimitResponse
+	if s.tracer != nil {
+		resp, err = s.decideTraced(r.Context(), &req, propagation.HeaderCarrier(r.Header))
+	} else {
+		resp, err = s.decideObserved(r.Context(), &req)
+	}
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, errBadRequest) {

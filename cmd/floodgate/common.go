@@ -92,6 +92,7 @@ type commonConfig struct {
 	nearCache                        bool          // a Redis store's near cache (redisstore.Options.NoNearCache, inverted)
 	writeBackInterval                time.Duration // redisstore.Options.WriteBackInterval
 	journal                          journalConfig
+	trace                            traceConfig // --trace-file, --trace-sample (tracing.go)
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
@@ -122,6 +123,7 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	}
 	fs.BoolVar(&c.nearCache, "store-near-cache", c.nearCache, "Redis store: refuse a key that Redis refused until its retry time without asking Redis again (never admits more; floodgate_store_near_cache_hits_total) [FLOODGATE_STORE_NEAR_CACHE]")
 	c.busy.register(fs)
+	c.trace.register(fs)
 }
 
 // prepare checks the admin address, makes the data directory and, with no
@@ -136,6 +138,9 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--write-back-interval %v: want more than 0", c.writeBackInterval)
 	case c.storeTimeout <= 0:
 		return fmt.Errorf("--store-timeout %v: want more than 0", c.storeTimeout)
+	}
+	if err := c.trace.check(); err != nil {
+		return err
 	}
 	if err := c.busy.check(); err != nil {
 		return err

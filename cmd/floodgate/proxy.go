@@ -120,6 +120,12 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if err := c.prepare(log); err != nil {
 		return err
 	}
+	tp, stopTracing, err := c.trace.provider(os.Stderr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	c.trace.tp = tp // the gates' (gateBuilder)
 	metrics := service.NewMetrics()
 	pm := proxy.NewMetrics()
 	for _, col := range pm.Collectors() {
@@ -259,7 +265,7 @@ func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr ov
 		g, err := gate.New(gate.Config{
 			Limits: limits, Store: store, Rules: cfg, Overrides: overrides.Lookup(ovr), FailClosed: c.failClosed, Logger: log,
 			Clock:    proxy.Clock(clock.Coarse), // a delay ends early when its client leaves
-			ClientIP: clientIP,
+			ClientIP: clientIP, TracerProvider: c.trace.tp,
 		})
 		if err != nil {
 			return err

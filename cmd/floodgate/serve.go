@@ -153,12 +153,17 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := c.trace.provider(os.Stderr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the drain: the last decisions' spans are written
 	st, err := c.openStores(log, metrics)
 	if err != nil {
 		return err
 	}
 	svc := service.New(cfg, service.Options{Store: st.store, Overrides: st.overrides, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log})
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log, TracerProvider: tp})
 	loader.svc = svc
 	srv, err := c.newServers(svc, metrics, st.ready, log)
 	if err != nil {
