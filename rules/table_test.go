@@ -86,6 +86,7 @@ func TestRouteFieldsTakeEveryAction(t *testing.T) {
 		"match":        "{path_prefix: /api/}",
 		"cost":         "2",
 		"exempt_cidrs": "[10.0.0.0/8]",
+		"criticality":  "sheddable-plus",
 		"rate_limit":   "{unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 5}",
 		"rate_limits":  "[{unit: second, requests_per_unit: 5, algorithm: gcra, burst: 5}]",
 	}
