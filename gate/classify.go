@@ -75,3 +75,11 @@ func (l *limit) checkCriticality() error {
 	}
 	return fmt.Errorf("criticality: %q is not a level (want one of %s)", l.Criticality, strings.Join(Criticalities, ", "))
 }
+
+// TrustedPeer reports whether a connection's peer ("ip:port" or "ip") is
+// one of the trusted proxies (Config.ClientIP.TrustedProxies): one whose
+// forwarding headers, and criticality header, are believed.
+func (g *Gate) TrustedPeer(peer string) bool {
+	a := PeerAddr(peer)
+	return a.IsValid() && g.cfg.ClientIP.trusted(a)
+}

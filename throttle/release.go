@@ -54,12 +54,45 @@ func WriteShed(w http.ResponseWriter, r *http.Request, crit Criticality, err err
 	writeShed(w, r, crit, err, []string{strconv.FormatInt(secs, 10)})
 }
 
-// Capped returns the level a request claims (claimed, from a header or
-// metadata it sets itself) limited to ceiling, the most its route or
-// client is allowed: a client may lower its level, never raise it.
-func Capped(claimed, ceiling Criticality) Criticality {
-	if !claimed.Valid() {
-		return ceiling
+// Claim returns the level of a request whose header (or gRPC metadata)
+// values are values, as FromValues reads them (the first four; the
+// first that names a level), against ceiling, the level its route or
+// client is allowed (DefaultCriticality when nothing sets one): with no
+// level claimed, ceiling; from a trusted source (a proxy of yours that
+// sets the header), the claimed level as it is; otherwise the claimed
+// level capped at ceiling, so a client can lower its level and never
+// raise it.
+func Claim(values []string, ceiling Criticality, trusted bool) Criticality {
+	if !ceiling.Valid() {
+		ceiling = DefaultCriticality
 	}
-	return min(claimed, ceiling)
+	for i, v := range values {
+		if i == 4 {
+			break
+		}
+		if c, ok := ParseCriticality(v); ok {
+			if trusted {
+				return c
+			}
+			return min(c, ceiling)
+		}
+	}
+	return ceiling
+}
+
+// Serve runs next for a request admitted with tk and ends the ticket when
+// it returns (or panics): with threadCPU (Linux), its cost is the
+// handler's CPU time as MiddlewareOptions.ThreadCPU measures it, else
+// Done's estimate. The request's level goes into its context as the
+// middleware puts it.
+func (tk *Ticket) Serve(w http.ResponseWriter, r *http.Request, next http.Handler, threadCPU bool) {
+	if tk.crit != DefaultCriticality {
+		r = r.WithContext(WithCriticality(r.Context(), tk.crit))
+	}
+	if threadCPU && threadCPUSupported {
+		runThreadCPU(tk, w, r, next)
+		return
+	}
+	defer tk.Done()
+	next.ServeHTTP(w, r)
 }
