@@ -136,7 +136,8 @@ func TestShedOnHeader(t *testing.T) {
 	} {
 		c := dialFrom(t, "127.0.0.1", tp.addr)
 		io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\n"+hdr+"\r\n") //nolint:errcheck
-		b, err := io.ReadAll(c)                                              // to the close: the body is never sent
+		// read to the close: the body is never sent
+		b, err := io.ReadAll(c)
 		if err != nil && !strings.Contains(err.Error(), "reset") {
 			t.Fatalf("%q: %v after %q", hdr, err, b)
 		}
