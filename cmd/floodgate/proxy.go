@@ -167,7 +167,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 	}
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
-		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)}
+		opts: c.throttle.rulesOptions(th, c.calendarMonth), onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)}
 	cfg, err := loader.load() // builds the gate (onLoad)
 	if err != nil {
 		return err
