@@ -306,3 +306,70 @@ func TestProxyThrottleShedBodyCloses(t *testing.T) {
 		t.Errorf("the upstream saw %v; want only /held", paths)
 	}
 }
+
+// elasticRules: /e/ allows 2 requests a minute per X-Client, up to 4
+// while the throttler has spare capacity.
+const elasticRules = `domain: edge
+http:
+  - name: elastic
+    match: {path_prefix: /e/}
+    key: [{header: X-Client}]
+    rate_limit: {unit: minute, requests_per_unit: 2, mode: elastic, elastic_ceiling: 4}
+`
+
+// TestProxyElasticFollowsThrottler: the binary with 4 throttler slots and
+// --throttle-spare 0.5 feeds the rules file's elastic limit: a client
+// gets 4 of 6 through while the proxy is idle, 2 of 6 while 2 requests
+// are held by the upstream (3 in flight with the one decided), and 4
+// again once they are answered. Without a throttler the rules file's
+// elastic mode is refused (rules' errors_test).
+func TestProxyElasticFollowsThrottler(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan struct{}, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held" {
+			held <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer up.Close()
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", elasticRules)
+	p := startProxy(t, up.URL, dir, "--throttle-max-inflight", "4", "--throttle-spare", "0.5")
+	base := "http://" + p.addrs["proxy"]
+	passed := func(client string) int {
+		n := 0
+		for range 6 {
+			if st, _, _ := proxyGet(t, base+"/e/x", "X-Client", client); st == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := passed("c1"); n != 4 {
+		t.Errorf("idle: %d of 6 passed, want 4 (the elastic ceiling)", n)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { proxyGet(t, base+"/held") })
+		select {
+		case <-held:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the held request did not reach the upstream")
+		}
+	}
+	if n := passed("c2"); n != 2 {
+		t.Errorf("2 of 4 slots held: %d of 6 passed, want 2 (the limit)", n)
+	}
+	unhold()
+	wg.Wait()
+	if n := passed("c3"); n != 4 {
+		t.Errorf("idle again: %d of 6 passed, want 4", n)
+	}
+}
