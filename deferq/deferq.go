@@ -85,6 +85,14 @@ type Options struct {
 	Block time.Duration
 	// Clock paces deliveries (default clock.Precise).
 	Clock Clock
+	// MaxDeliveries bounds the attempts at delivering one request (a
+	// transport error, a worker that died): one handed out more times is
+	// moved to the dead-letter stream instead, and its poll answers 502
+	// (default 5).
+	MaxDeliveries int64
+	// MaxDead bounds the dead-letter stream: past it the oldest dead
+	// request is dropped (default 1000).
+	MaxDead int64
 }
 
 // Queue is one deferred-request queue on Redis. It is safe for concurrent
@@ -93,7 +101,7 @@ type Queue struct {
 	c                      rueidis.Client
 	o                      Options
 	stream, group, resultP string
-	pace                   string
+	pace, dead             string
 }
 
 // New makes the queue's consumer group if it does not exist.
@@ -102,7 +110,7 @@ func New(c rueidis.Client, o Options) (*Queue, error) {
 		return nil, err
 	}
 	tag := "{floodgate:defer:" + o.Name + "}"
-	q := &Queue{c: c, o: o, stream: tag + ":s", group: "workers", resultP: tag + ":r:", pace: tag + ":pace"}
+	q := &Queue{c: c, o: o, stream: tag + ":s", group: "workers", resultP: tag + ":r:", pace: tag + ":pace", dead: tag + ":dead"}
 	err := c.Do(context.Background(), c.B().XgroupCreate().Key(q.stream).Group(q.group).Id("0").Mkstream().Build()).Error()
 	if err != nil && !rueidis.IsRedisBusyGroup(err) {
 		return nil, fmt.Errorf("deferq: creating the consumer group of %q: %w", o.Name, err)
@@ -128,7 +136,7 @@ func (o *Options) fill() error {
 	if err := CheckName(o.Name); err != nil {
 		return err
 	}
-	if o.MaxLen < 0 || o.MaxBody < 0 || o.ResultTTL < 0 || o.Interval < 0 || o.ClaimIdle < 0 || o.Block < 0 {
+	if o.MaxLen < 0 || o.MaxBody < 0 || o.ResultTTL < 0 || o.Interval < 0 || o.ClaimIdle < 0 || o.Block < 0 || o.MaxDeliveries < 0 || o.MaxDead < 0 {
 		return errors.New("deferq: negative option")
 	}
 	def := func(v *int64, d int64) {
@@ -141,6 +149,8 @@ func (o *Options) fill() error {
 	def((*int64)(&o.ResultTTL), int64(10*time.Minute))
 	def((*int64)(&o.ClaimIdle), int64(30*time.Second))
 	def((*int64)(&o.Block), int64(time.Second))
+	def(&o.MaxDeliveries, 5)
+	def(&o.MaxDead, 1000)
 	if o.ClaimIdle < time.Millisecond || o.Block < time.Millisecond {
 		return errors.New("deferq: ClaimIdle and Block must be at least 1ms")
 	}
