@@ -5,11 +5,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/deferq"
 	"github.com/floodgate/floodgate/internal/redistest"
 )
@@ -162,5 +166,88 @@ func TestOrderAfterReclaim(t *testing.T) {
 	}
 	if got := strings.Join(fl.seen(), " "); got != "body0 body1 body2 body0 body3 body4" {
 		t.Errorf("order %s; want body0 body1 body2 body0 body3 body4", got)
+	}
+}
+
+// redisCalls returns how many times Redis ran cmd (INFO commandstats).
+func redisCalls(t *testing.T, c rueidis.Client, cmd string) int64 {
+	t.Helper()
+	s, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(s, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestPollRate: a client polling ids (PollRate 5 a second, a burst of
+// 10, on a manual clock) gets 10 answers, then 429 with Retry-After —
+// and Redis is asked nothing for the refused polls (its own count of
+// GET commands); another client is not affected; a fifth of a second
+// later the client has one more poll. Polls past PollConcurrency are
+// 503 without asking Redis (a poll held on a paused Redis).
+func TestPollRate(t *testing.T) {
+	srv := redistest.Standalone(t)
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q := newQueue(t, srv.Addr, deferq.Options{PollRate: 5, PollConcurrency: 1, Clock: clk})
+	ctx := context.Background()
+	id := "1-1.000000000000000000000000"
+	admin := client(t, srv.Addr)
+	before := redisCalls(t, admin, "get")
+	for i := range 10 {
+		if st, _, err := q.PollStatus(ctx, "192.0.2.1:4000", id); err != nil || st != deferq.Unknown {
+			t.Fatalf("poll %d within the burst: %v, %v", i+1, st, err)
+		}
+	}
+	for range 100 {
+		if _, _, err := q.PollStatus(ctx, "192.0.2.1:4001", id); err != deferq.ErrPollRate {
+			t.Fatalf("past the burst: %v, want ErrPollRate", err)
+		}
+	}
+	if n := redisCalls(t, admin, "get") - before; n != 10 {
+		t.Errorf("Redis ran %d GETs for 10 polls answered and 100 refused, want 10", n)
+	}
+	if _, _, err := q.PollStatus(ctx, "192.0.2.2", id); err != nil {
+		t.Errorf("another client: %v", err)
+	}
+	clk.Advance(200 * time.Millisecond)
+	if _, _, err := q.PollStatus(ctx, "192.0.2.1", id); err != nil {
+		t.Errorf("200ms later: %v, want one more poll", err)
+	}
+	if _, _, err := q.PollStatus(ctx, "192.0.2.1", id); err != deferq.ErrPollRate {
+		t.Errorf("and no second: %v", err)
+	}
+	// the handler: 10 × 404 (the id is unknown), then 429 with Retry-After
+	f := front(t, q)
+	for i := range 11 {
+		st, _, h := get(t, f.URL+deferq.PollPrefix+"orders/"+id)
+		if want := map[bool]int{true: 429, false: 404}[i == 10]; st != want || st == 429 && h.Get("Retry-After") != "1" {
+			t.Errorf("poll %d over HTTP: %d %v, want %d", i+1, st, h, want)
+		}
+	}
+
+	// PollConcurrency 1: one poll held in a paused Redis, the next is 503 at once
+	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(1500).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	go func() { _, _, err := q.PollStatus(ctx, "", id); held <- err }()
+	deadline := time.Now().Add(10 * time.Second)
+	for q.PollsInFlight() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the held poll never asked Redis")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, _, err := q.PollStatus(ctx, "", id); err != deferq.ErrPollBusy {
+		t.Errorf("a second poll while one waits on Redis: %v, want ErrPollBusy", err)
+	}
+	if err := <-held; err != nil {
+		t.Errorf("the held poll: %v", err)
 	}
 }

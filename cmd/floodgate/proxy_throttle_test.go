@@ -22,7 +22,7 @@ import (
 // is no throttler.
 func TestThrottleFlags(t *testing.T) {
 	for _, args := range [][]string{{"--throttle-max-inflight", "-1"}, {"--throttle-queue-cost", "-1ms"},
-		{"--throttle-max-wait", "-1s"}, {"--criticality-header", ""}, {"--throttle-spare", "0"}, {"--throttle-spare", "1.5"}, {"--throttle-spare", "NaN"}} {
+		{"--throttle-max-wait", "-1s"}, {"--criticality-header", ""}, {"--throttle-spare", "0"}, {"--throttle-spare", "1.5"}, {"--throttle-spare", "NaN"}, {"--defer-poll-rate", "0"}, {"--defer-poll-rate", "NaN"}} {
 		if _, err := proxyFlags(append([]string{"--upstream", "http://127.0.0.1:1"}, args...), io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}

@@ -52,7 +52,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
 			bad.answer(ctx)
 		} else {
-			p.servePoll(ctx)
+			p.servePoll(ctx, pc)
 		}
 		if ambiguousFraming(&ctx.Request.Header) {
 			ctx.SetConnectionClose()
