@@ -123,6 +123,9 @@ func (p *Proxy) deferRequest(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Ver
 		return
 	}
 	r.URL = u
+	// as a forwarded request: the client's address in X-Forwarded-For (a
+	// client's own forwarding headers dropped unless it is a trusted proxy)
+	p.setForwarded(&ctx.Request.Header, pc, append([]byte(nil), ctx.Host()...))
 	for k, val := range ctx.Request.Header.All() {
 		r.Header.Add(string(k), string(val))
 	}
