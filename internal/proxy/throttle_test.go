@@ -251,3 +251,27 @@ func TestProxyRouteCriticality(t *testing.T) {
 	tp.release()
 	<-held
 }
+
+// TestAdmittedBodyFailsReleases: a request admitted on its header whose
+// body then fails — cut short by the client's close, within the first
+// 8 KiB fasthttp reads before the handler (requestError), or past them
+// while it streams to the upstream (forward) — gives its slot back: with
+// one slot, the next request is admitted, and nothing stays in flight.
+// Else a client could hold every slot with bodies it never sends.
+func TestAdmittedBodyFailsReleases(t *testing.T) {
+	tp := serveThrottled(t, throttle.Config{Limit: 1}, nil)
+	for _, c := range []struct{ length, sent int }{{100, 10}, {1 << 20, 20000}} {
+		before := tp.th.Stats().Admitted
+		conn := dialFrom(t, "127.0.0.1", tp.addr)
+		fmt.Fprintf(conn, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", c.length, strings.Repeat("b", c.sent))
+		waitUntil(t, "the cut request admitted", func() bool { return tp.th.Stats().Admitted > before })
+		conn.Close()
+		waitUntil(t, "its slot back", func() bool { return tp.th.Stats().InFlight == 0 })
+		if st := tp.get(t, "127.0.0.1", "/next"); st != 200 {
+			t.Fatalf("after a body cut at %d of %d bytes: the next request %d, want 200", c.sent, c.length, st)
+		}
+	}
+	if st := tp.th.Stats(); st.InFlight != 0 || st.Refused != [4]uint64{} {
+		t.Errorf("throttler after: %+v", st)
+	}
+}
