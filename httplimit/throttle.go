@@ -57,8 +57,10 @@ func (m *Middleware) Throttled(t *throttle.Throttler, o throttle.MiddlewareOptio
 			verdicts.Put(v)
 			if !allowed {
 				tk.Release()
+				tk.Recycle()
 				return
 			}
+			defer tk.Recycle() // after Serve, even if next panics
 			tk.Serve(w, r, next, o.ThreadCPU)
 		})
 	}

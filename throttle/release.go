@@ -33,15 +33,36 @@ func (tk *Ticket) Release() {
 // returns an admitted ticket (run the request, then Done or Release), or
 // why the request was shed: ErrQueueFull, ErrEvicted, ErrExpired, or
 // ctx's error (the ticket left the queue).
+//
+// The ticket comes from a pool: once it is finished (Done, DoneCost,
+// Release, or Serve returned), Recycle gives it back.
 func (t *Throttler) Admit(ctx context.Context, key RouteKey, crit Criticality, deadline int64) (*Ticket, error) {
-	tk, err := t.Enter(key, crit, deadline)
-	if err != nil || tk.ready == nil {
-		return tk, err
+	if !crit.Valid() {
+		crit = DefaultCriticality
+	}
+	tk := ticketPool.Get().(*Ticket)
+	*tk = Ticket{}
+	if _, err := t.enter(tk, key, crit, deadline); err != nil {
+		ticketPool.Put(tk) // refused: nothing refers to it
+		return nil, err
 	}
 	if err := tk.Wait(ctx); err != nil {
+		ticketPool.Put(tk) // out of the queue: nothing refers to it
 		return nil, err
 	}
 	return tk, nil
+}
+
+// Recycle puts a finished ticket from Admit back in its pool; the caller
+// must not use it afterwards. An unfinished ticket is not recycled (it
+// would still hold its slot).
+func (tk *Ticket) Recycle() {
+	tk.th.mu.Lock()
+	done := tk.state == finished
+	tk.th.mu.Unlock()
+	if done {
+		ticketPool.Put(tk)
+	}
 }
 
 // WriteShed answers a request shed with err (from Enter, Wait or Admit)
