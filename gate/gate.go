@@ -165,6 +165,11 @@ type Limit struct {
 	// Blocked refuses every request the limit applies to, without asking
 	// the store (envoyproxy/ratelimit's requests_per_unit: 0).
 	Blocked bool
+	// Criticality, if set, is the most a request the limit's Match
+	// applies to may claim with the server throttler (one of
+	// Criticalities; see Classify): its level when it claims none, the
+	// ceiling of one it claims unless it comes from a trusted proxy.
+	Criticality string
 
 	blockedPolicy *floodgate.Policy // a blocked rules-file route's placeholder, for its window
 }

@@ -43,6 +43,13 @@ func envInt(name string, def int) int {
 	return def
 }
 
+func envFloat(name string, def float64) float64 {
+	if f, err := strconv.ParseFloat(envString(name, ""), 64); err == nil {
+		return f
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(envString(name, "")); err == nil {
 		return d
