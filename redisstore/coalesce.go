@@ -330,6 +330,10 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 		c.wake(batch)
 		return
 	}
+	if keys, args, ok := packedArgs(batch, n); ok {
+		c.sendPacked(ctx, batch, sc, keys, args)
+		return
+	}
 	keys, args := batchArgs(batch, n)
 	r := c.s.callBatch(ctx, sc.dc, keys, args)
 	sc.broken = r.Error() != nil
@@ -347,6 +351,33 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter, sc *slotConn) {
 			}
 			i++
 		}
+	}
+	c.wake(batch)
+}
+
+// sendPacked is send through PackedFunction, with its keys and args.
+func (c *coalescer) sendPacked(ctx context.Context, batch []*waiter, sc *slotConn, keys, args []string) {
+	r := c.s.callFunction(ctx, sc.dc, PackedFunction, c.s.packedScript, keys, args)
+	sc.broken = r.Error() != nil
+	reply, err := r.AsBytes()
+	for _, w := range batch {
+		for j := range w.keys {
+			if err != nil {
+				w.dec[j], w.errs[j] = floodgate.Decision{}, err
+				continue
+			}
+			var derr error
+			w.dec[j], w.errs[j], reply, derr = packedDecision(w.pas[j], reply)
+			if derr != nil { // the rest is unreadable: every decision fails
+				err = derr
+				w.dec[j], w.errs[j] = floodgate.Decision{}, err
+			}
+		}
+	}
+	if err == nil && len(reply) != 0 {
+		err = errPackedReply
+		c.fail(batch, err) // wakes every waiter
+		return
 	}
 	c.wake(batch)
 }

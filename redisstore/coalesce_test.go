@@ -286,16 +286,16 @@ func batchCommand(t *testing.T, name string) (*redisstore.Store, *floodgate.Poli
 	p := floodgate.MustPolicy(name, floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
 	ops := []floodgate.Op{p.Op(floodgate.OpAllow, "a", 1, 0), p.Op(floodgate.OpAllow, "b", 2, 0)}
-	cmd, err := s.BatchCommand(context.Background(), now, ops)
+	cmd, err := s.BatchFunctionCommand(context.Background(), now, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, p, now, ops, cmd
 }
 
-// BatchCommand is the very call the store sends for decisions made
+// BatchFunctionCommand is the call releases before PackedFunction sent for decisions made
 // together: run by hand, it decides them, as tools replaying it expect.
-func TestBatchCommand(t *testing.T) {
+func TestBatchFunctionCommand(t *testing.T) {
 	s, p, now, ops, cmd := batchCommand(t, "bc")
 	ctx := context.Background()
 	if cmd[0] != "FCALL" || cmd[1] != redisstore.BatchFunction || cmd[2] != "2" {
@@ -395,7 +395,7 @@ func TestBatchStalePolicyIndex(t *testing.T) {
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
 	ctx := context.Background()
 	// two policies: the function's list holds both after this call
-	two, err := s.BatchCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "x", 1, 0), p2.Op(floodgate.OpAllow, "y", 1, 0)})
+	two, err := s.BatchFunctionCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "x", 1, 0), p2.Op(floodgate.OpAllow, "y", 1, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestBatchStalePolicyIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	// one policy, its decision pointing at policy 2
-	one, err := s.BatchCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "z", 1, 0)})
+	one, err := s.BatchFunctionCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "z", 1, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
