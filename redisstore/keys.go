@@ -138,7 +138,9 @@ func (s *Store) commandWaiter(ctx context.Context, now int64, ops []floodgate.Op
 	return w, nil
 }
 
-// Command returns the exact Redis command the store sends for op at now
+// Command returns the exact Redis command a store without coalescing (a
+// Cluster, Options.NoCoalescing; a coalescing store sends BatchCommand's,
+// even for one op) sends for op at now
 // (now is ignored unless ClientTime): FCALL of the library's function, or
 // EVALSHA of Script() on servers without functions, with its key and
 // arguments, for tools that replay it (redis-benchmark, bench/). It loads

@@ -136,7 +136,7 @@ type Store struct {
 	nodes        *nodeSet     // the heartbeats both tiers count nodes by (nodes.go)
 	co           *coalescer   // nil: every decision is a call of its own
 	follow       *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
-	batchAlways  bool         // tests: a lone decision goes through BatchFunction too
+	batchAlways  bool         // tests: every decision, a lone one too, goes through BatchFunction
 
 	libMu     sync.Mutex
 	libLoaded atomic.Bool // the function library is loaded on every node

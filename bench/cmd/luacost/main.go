@@ -223,7 +223,7 @@ func floodgateReqs(addr, name, lib string, c net.Conn, r *bufio.Reader, descs, k
 			fmt.Fprintln(os.Stderr, "luacost:", err)
 			return nil
 		}
-		if descs == 1 { // floodgate serve calls Function for one key
+		if descs == 1 && old { // releases before PackedFunction called Function for one key
 			cmd, err = st.Command(context.Background(), 0, ops[0])
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "luacost:", err)
