@@ -28,7 +28,10 @@ end)
 // KEYS, with the batch's reply, and this tree's library with its
 // decisions replaced by a constant (dispatch, parsing, TIME and packing
 // the replies).
-func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) ([]variant, error) {
+//
+// packed is the same request as this tree's store sends it
+// (PackedFunction): the empty function with its KEYS and two ARGV too.
+func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs, packed func(int) [][]string) ([]variant, error) {
 	if err := pipeline(c2, r, [][]string{{"FUNCTION", "LOAD", "REPLACE", probeLibrary}}); err != nil {
 		return nil, err
 	}
@@ -61,8 +64,9 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) 
 			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
-	// with gives request i's call to function fn, its arguments reshaped by f
-	with := func(fn string, f func(keys, args []string) (k, a []string)) func(int) [][]string {
+	// withReqs gives request i of reqs as a call to function fn, its
+	// arguments reshaped by f; with, of the BatchFunction call
+	withReqs := func(reqs func(int) [][]string, fn string, f func(keys, args []string) (k, a []string)) func(int) [][]string {
 		return func(i int) [][]string {
 			cmd := reqs(i)[0]
 			nk, _ := strconv.Atoi(cmd[2])
@@ -71,10 +75,13 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) 
 			return [][]string{append(out, a...)}
 		}
 	}
+	with := func(fn string, f func(keys, args []string) (k, a []string)) func(int) [][]string {
+		return withReqs(reqs, fn, f)
+	}
 	lib := func(name, fn string) variant {
 		return variant{name: name, reqs: func(i int) [][]string {
 			cmd := append([]string(nil), reqs(i)[0]...)
-			cmd[1] = strings.Replace(cmd[1], "lc0", fn, 1)
+			cmd[1] = strings.Replace(cmd[1], "lcb", fn, 1)
 			return [][]string{cmd}
 		}}
 	}
@@ -83,6 +90,7 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) 
 		{name: "empty, no arguments", reqs: with("probe_empty", func(k, a []string) ([]string, []string) { return nil, nil })},
 		{name: "empty, the KEYS and ARGV", reqs: with("probe_empty", same)},
 		{name: "empty, KEYS and ARGV in one", reqs: with("probe_empty", func(k, a []string) ([]string, []string) { return k, []string{strings.Join(a, "\x00")} })},
+		{name: "empty, PackedFunction's KEYS and ARGV", reqs: withReqs(packed, "probe_empty", same)},
 		{name: "empty, all in one argument", reqs: with("probe_empty", func(k, a []string) ([]string, []string) {
 			return nil, []string{strings.Join(k, "\x00") + "\x00" + strings.Join(a, "\x00")}
 		})},

@@ -119,7 +119,7 @@ func variants(addr string, libs []string, c net.Conn, r *bufio.Reader, descs int
 		vs = append(vs, variant{name: f, reqs: floodgateReqs(addr, fmt.Sprint("lc", i+1), string(b), c, r, descs, keys, true)})
 	}
 	if breakdown {
-		bs, err := breakdownVariants(c, r, vs[1].reqs)
+		bs, err := breakdownVariants(c, r, vs[1].reqs, vs[0].reqs)
 		if err != nil {
 			return nil, err
 		}
