@@ -13,8 +13,29 @@ import (
 // probeLibrary holds functions that do nothing but return: what an FCALL
 // costs before any Lua of Floodgate's runs. probe_reply returns a batch's
 // reply of three 52-byte strings, built once.
+//
+// probe_counter is a sketch of a layout not built (docs/BENCHMARKS.md,
+// issue 19): each key a plain integer counter of its window, INCRBY of the
+// cost, PEXPIREAT at the window's end when it creates the key, DECRBY
+// when the count passes the limit (a refusal charges nothing), TIME once,
+// a 17-byte reply record per key; ARGV[1] the limit.
 const probeLibrary = `#!lua name=lcprobe
 local reply = nil
+redis.register_function('probe_counter', function(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local ws = math.floor(now / 1000000) * 1000000
+  local e = ws + 1000000 - now
+  local limit = tonumber(args[1])
+  local out = {}
+  for i = 1, #keys do
+    local n = redis.call('INCRBY', keys[i], 1)
+    if n == 1 then redis.call('PEXPIREAT', keys[i], (ws + 1000000) / 1000) end
+    if n > limit then redis.call('DECRBY', keys[i], 1) n = n - 1 end
+    out[i] = struct.pack('>Bi8i8', n <= limit and 1 or 0, limit - n, e)
+  end
+  return table.concat(out)
+end)
 redis.register_function('probe_empty', function(keys, args) return 0 end)
 redis.register_function('probe_reply', function(keys, args)
   if reply == nil then reply = {string.rep('x', 52), string.rep('y', 52), string.rep('z', 52)} end
@@ -95,6 +116,13 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs, packed func(int) [][]
 			return nil, []string{strings.Join(k, "\x00") + "\x00" + strings.Join(a, "\x00")}
 		})},
 		{name: "the reply alone, the KEYS and ARGV", reqs: with("probe_reply", same)},
+		{name: "a plain counter per key (not built)", reqs: withReqs(packed, "probe_counter", func(k, a []string) ([]string, []string) {
+			out := make([]string, len(k))
+			for i := range k {
+				out[i] = k[i] + ":counter"
+			}
+			return out, []string{"1000000000"}
+		})},
 		lib("the library's entry, returning at once", "lcentry"),
 		lib("… and reading the policies", "lcpolicies"),
 		lib("… the batch's work deciding nothing", "lcnothing"),
