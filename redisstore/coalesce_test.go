@@ -142,14 +142,33 @@ func TestCoalescedCallerLeavesQueue(t *testing.T) {
 
 // In one batch, a key whose state is unreadable fails alone: its rules'
 // failure modes decide it, and the other keys are decided by Redis. A
-// batch that finds the library gone loads it again.
+// batch that finds the library gone loads it again. On the caller's
+// clock and on Redis's (the packed function's fast path), for a value
+// that is no state and for a key of another type (a list: GET itself
+// fails).
 func TestBatchOneBadKey(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	for _, clientTime := range []bool{true, false} {
+		for _, bad := range []string{"string", "list"} {
+			t.Run(fmt.Sprintf("clientTime=%v/%s", clientTime, bad), func(t *testing.T) {
+				oneBadKey(t, srv, clientTime, bad)
+			})
+		}
+	}
+}
+
+func oneBadKey(t *testing.T, srv *redistest.Server, clientTime bool, bad string) {
+	s := openStore(t, srv, redisstore.Options{ClientTime: clientTime, Timeout: 5 * time.Second, Prefix: fmt.Sprint("obk", clientTime, bad)})
 	p := floodgate.MustPolicy("bad", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, OnStoreFailure: floodgate.FailClosed})
 	ctx := context.Background()
-	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
-	if _, err := redistest.Cmd(srv.Addr, "SET", s.Key("bad", "b"), "\xc1 not msgpack"); err != nil {
+	now := time.Now().UnixMicro()
+	var err error
+	if bad == "list" {
+		_, err = redistest.Cmd(srv.Addr, "RPUSH", s.Key("bad", "b"), "x")
+	} else {
+		_, err = redistest.Cmd(srv.Addr, "SET", s.Key("bad", "b"), "\xc1 not msgpack")
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	redistest.Cmd(srv.Addr, "FUNCTION", "FLUSH")

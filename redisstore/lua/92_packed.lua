@@ -88,12 +88,14 @@ end
 -- (or absent), writes the count in place (SETRANGE of its 8 bytes) while
 -- the window and its TTL stand, else the whole value. It returns nil for
 -- any other value (another layout, other parameters, a window ahead of
--- now), which decide then reads; else whether it admits, the remaining
+-- now, a key of another type), which decide then reads; else whether it admits, the remaining
 -- and the reset after. peek: check only, write nothing.
 local function fastallow(key, p, now, cost, peek)
   fixedat(p, now)
-  local raw = redis.call('GET', key)
+  -- pcall: a key of another type fails in decide, alone, not the call
+  local raw = redis.pcall('GET', key)
   local ws, count, had = p.fws, 0, 0
+  if type(raw) == 'table' then return nil end
   if raw then
     local head = p.fhead
     if #raw ~= p.flen or ssub(raw, 1, #head) ~= head then return nil end
