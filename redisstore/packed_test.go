@@ -299,6 +299,9 @@ func TestPackedBadArguments(t *testing.T) {
 		"a record too many":            func(a []string) { a[6] += "\x00\x01\x00\x01" },
 		"a policy cut short":           func(a []string) { a[5] = a[5][:len(a[5])-3] },
 		"an unknown record kind":       func(a []string) { a[6] = "\x00\x01\x00\x01\x07\x01\x00\x01" },
+		"an unknown kind, a full record's length": func(a []string) {
+			a[6] = "\x00\x01\x00\x01\x02\x01\x00" + strings.Repeat("\x00", 40)
+		},
 	} {
 		a := append([]string(nil), cmd...)
 		edit(a)

@@ -183,7 +183,7 @@ local function packed(keys, argv)
   local pos, grouped = 1, false
   for i = 1, nk do
     local kind, pi, g = sbyte(d, pos, pos + 2)
-    if g == nil or pl[pi] == nil then return redis.error_reply('floodgate: bad decision record ' .. i) end
+    if g == nil or pl[pi] == nil or kind > 1 then return redis.error_reply('floodgate: bad decision record ' .. i) end
     rkind[i], rpol[i], rgrp[i] = kind, pi, g
     grouped = grouped or g ~= 0
     if kind == 0 then
