@@ -303,6 +303,7 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 //	GET    /v1/overrides/{domain}/{key...}
 //	PUT    /v1/overrides/{domain}/{key...}   {"limit":5,"period":"1s","burst":0,"algorithm":"","note":""}
 //	DELETE /v1/overrides/{domain}/{key...}
+//	PUT    /v1/overrides[?dry_run=true]      {"overrides":[{"domain":"d","key":"k","limit":5,"period":"1s"}]}: all or nothing
 //	POST   /v1/keys/reset    {"domain":"d","entries":[{"key":"user","value":"241531"}]}
 //	POST   /v1/keys/inspect  (the same body): the key's state, consuming nothing
 //	GET    /debug/pprof/...  Go's profiles of the running service
@@ -322,6 +323,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(b)
 	})
+	mux.HandleFunc("PUT /v1/overrides", s.adminBulkPut) // bulk.go
 	mux.HandleFunc("GET /v1/overrides/{domain}", s.adminList)
 	mux.HandleFunc("GET /v1/overrides/{domain}/{key...}", s.adminGet)
 	mux.HandleFunc("PUT /v1/overrides/{domain}/{key...}", s.adminPut)
@@ -601,7 +603,7 @@ func (s *Service) checkOverride(o overrides.Override, key string) error {
 		return nil
 	}
 	if _, err := s.dec.OverridePolicy(o.Domain, m.Limit, numbers(o)); err != nil {
-		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %v", m.Limit.Name, key, err)
+		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %w", m.Limit.Name, key, err)
 	}
 	return nil
 }
