@@ -672,7 +672,13 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 	}
 	// the key's override, if it has one, holds its state: inspect or reset that
 	p := s.dec.KeyPolicy(r.Context(), kr.Domain, m.Limit, key)
-	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind})
+	// inspect peeks at a request of cost 1, the next one: a peek of cost
+	// 0 fits even a spent key, and would say allowed, retry after 0
+	op := floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind}
+	if kind == floodgate.OpPeek {
+		op.Cost = 1
+	}
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), op)
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
 		return

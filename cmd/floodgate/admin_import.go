@@ -91,11 +91,12 @@ func (o *overridesCmd) importFile(pos []string) error {
 // partialNote says which lines a failed import wrote: the first done, in
 // calls before call i of n.
 func partialNote(name string, lines []importLine, done, i, n int) string {
+	failed := fmt.Sprintf("call %d of %d failed: on bbolt it wrote nothing; on Redis (scripts of 1,000) its lines %d to %d may be part written", i+1, n, lines[done].line, lines[min(done+service.MaxBulkOverrides, len(lines))-1].line)
 	if done == 0 {
-		return fmt.Sprintf("\n  nothing was written (call 1 of %d failed)", n)
+		return "\n  " + failed + "; nothing else was written; the import is idempotent: run it again"
 	}
-	return fmt.Sprintf("\n  written: %s lines %d to %d (%d overrides, calls 1 to %d of %d); not written: line %d onward (calls %d to %d); run the import again",
-		name, lines[0].line, lines[done-1].line, done, i, n, lines[done].line, i+1, n)
+	return fmt.Sprintf("\n  written: %s lines %d to %d (%d overrides, calls 1 to %d); %s; after: not written; the import is idempotent: run it again",
+		name, lines[0].line, lines[done-1].line, done, i, failed)
 }
 
 // chunk cuts lines into batches of at most n.

@@ -58,6 +58,8 @@ func overridesCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return flagExit(err)
 	}
+	o.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.given[f.Name] = true })
 	return exitWith(stderr, o.name, o.run(sub, pos))
 }
 
@@ -74,6 +76,7 @@ type overridesCmd struct {
 	algorithm      string
 	out            string
 	dryRun         bool
+	given          map[string]bool // the flags given
 	stdout, stderr io.Writer
 	c              *adminClient
 }
@@ -160,7 +163,7 @@ func (o *overridesCmd) get(key string) error {
 }
 
 func (o *overridesCmd) put(key string) error {
-	if o.set.Limit == 0 || o.period == 0 {
+	if !o.given["limit"] || !o.given["period"] {
 		return usageError(errors.New("--limit and --period are required"))
 	}
 	v := o.set
