@@ -306,6 +306,7 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 //	PUT    /v1/overrides[?dry_run=true]      {"overrides":[{"domain":"d","key":"k","limit":5,"period":"1s"}]}: all or nothing
 //	POST   /v1/keys/reset    {"domain":"d","entries":[{"key":"user","value":"241531"}]}
 //	POST   /v1/keys/inspect  (the same body): the key's state, consuming nothing
+//	GET    /v1/top?domain=D&rule=R&n=N  the keys most often over each rule's limit
 //	GET    /debug/pprof/...  Go's profiles of the running service
 func (s *Service) AdminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
@@ -330,6 +331,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("DELETE /v1/overrides/{domain}/{key...}", s.adminDelete)
 	mux.HandleFunc("POST /v1/keys/reset", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpReset) })
 	mux.HandleFunc("POST /v1/keys/inspect", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpPeek) })
+	mux.HandleFunc("GET /v1/top", s.adminTop)
 	// Profiles of the running service (go tool pprof http://ADMIN/debug/pprof/profile).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", cmdline)
