@@ -14,10 +14,13 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/floodgate/floodgate/service"
 )
 
-// topAnswer is GET /v1/top's answer: per rule, its heaviest keys by the
-// service's heavy-hitter summary (a count and its possible overcount).
+// topAnswer is GET /v1/top's answer: per rule, the keys most often over
+// its limit, by the service's heavy-hitter summary (a count and how much
+// it may overstate).
 type topAnswer struct {
 	Rules []topRule `json:"rules"`
 }
@@ -30,16 +33,17 @@ type topRule struct {
 
 type topKey struct {
 	Key   string `json:"key"`
-	Count int64  `json:"count"`
-	Error int64  `json:"error"`
+	Count uint64 `json:"count"`
+	Error uint64 `json:"error"`
 }
 
 const topUsage = `usage: floodgate top [--domain D] [--rule R] [-n N] [--watch | --interval 2s] [flags]
 
-The heaviest keys of each rule, by the service's bounded heavy-hitter
-summary (GET /v1/top on serve's admin API): each key's estimated count and
-the most it may overstate (ERROR: its true count is between COUNT-ERROR and
-COUNT). Once by default; with --watch (or --interval) it refreshes like
+The keys most often over each rule's limit (refused, or in shadow or quota
+mode would have been), by the service's bounded heavy-hitter summary
+(GET /v1/top on serve's admin API; 256 keys kept a rule): COUNT is the
+key's decisions over the limit, an estimate that may overstate them by
+ERROR (the true count is between COUNT-ERROR and COUNT), never understate. Once by default; with --watch (or --interval) it refreshes like
 top: on a terminal the screen is cleared and redrawn, otherwise each
 refresh is printed as its own block (with --json, one JSON document a
 line). It runs until interrupted (Ctrl-C), or for --count refreshes.
@@ -68,7 +72,7 @@ func topCommand(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&t.domain, "domain", "", "only this domain's rules")
 	fs.StringVar(&t.rule, "rule", "", "only the rule of this name")
-	fs.IntVar(&t.n, "n", 10, "keys a rule")
+	fs.IntVar(&t.n, "n", 10, "keys a rule (at most 100)")
 	fs.BoolVar(&t.watch, "watch", false, "refresh every --interval until interrupted")
 	fs.DurationVar(&t.interval, "interval", 2*time.Second, "time between refreshes (implies --watch)")
 	fs.IntVar(&t.count, "count", 0, "with --watch, stop after this many refreshes (0: until interrupted)")
@@ -82,8 +86,8 @@ func topCommand(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(pos) > 0:
 		return exitWith(stderr, "top", usageError(fmt.Errorf("unexpected argument %q", pos[0])))
-	case t.n < 1:
-		return exitWith(stderr, "top", usageError(fmt.Errorf("-n %d: want 1 or more", t.n)))
+	case t.n < 1 || t.n > service.MaxTopKeys:
+		return exitWith(stderr, "top", usageError(fmt.Errorf("-n %d: want 1 to %d", t.n, service.MaxTopKeys)))
 	case t.interval <= 0:
 		return exitWith(stderr, "top", usageError(fmt.Errorf("--interval %v: want more than 0", t.interval)))
 	case t.count < 0:
@@ -125,39 +129,22 @@ func (t *topCmd) fetch(ctx context.Context, c *adminClient) (topAnswer, error) {
 
 // loop refreshes every interval until ctx ends or count refreshes are
 // done. A server that stops answering (a restart) or fails a call is
-// reported in the view and asked again; a refusal (401, 404, 400) ends it.
+// reported on stderr and asked again at the next refresh (the last
+// refresh's failure is loop's); a refusal (401, 404, 400) ends it.
 func (t *topCmd) loop(ctx context.Context, c *adminClient, stdout, stderr io.Writer, term bool) error {
 	tick := time.NewTicker(t.interval)
 	defer tick.Stop()
 	for i := 1; ; i++ {
-		ans, err := t.fetch(ctx, c)
-		if ctx.Err() != nil {
+		err := t.refresh(ctx, c, stdout, term)
+		switch {
+		case ctx.Err() != nil:
 			return nil // interrupted
-		}
-		var view bytes.Buffer
-		if term {
-			view.WriteString("\x1b[H\x1b[2J") // home, clear: redraw in place
-		}
-		switch ae, _ := errors.AsType[*adminError](err); {
-		case err == nil && t.af.json:
-			b, _ := json.Marshal(struct {
-				Time time.Time `json:"time"`
-				topAnswer
-			}{time.Now().UTC(), ans})
-			view.Write(append(b, '\n'))
-		case err == nil:
-			t.printTable(&view, c, ans, time.Now())
-			if !term {
-				view.WriteByte('\n')
-			}
-		case ae != nil && (ae.code == exitUnreachable || ae.code == exitServer):
-			fmt.Fprintf(stderr, "floodgate top: %v (retrying every %s)\n", err, t.interval)
-		default:
+		case err != nil && !retryable(err):
 			return err
-		}
-		stdout.Write(view.Bytes())
-		if t.count > 0 && i >= t.count {
-			return nil
+		case t.count > 0 && i >= t.count:
+			return err
+		case err != nil:
+			fmt.Fprintf(stderr, "floodgate top: %v (asking again every %s)\n", err, t.interval)
 		}
 		select {
 		case <-ctx.Done():
@@ -165,6 +152,40 @@ func (t *topCmd) loop(ctx context.Context, c *adminClient, stdout, stderr io.Wri
 		case <-tick.C:
 		}
 	}
+}
+
+// retryable reports whether a refresh's failure may pass: no answer, or a
+// server error.
+func retryable(err error) bool {
+	ae, ok := errors.AsType[*adminError](err)
+	return ok && (ae.code == exitUnreachable || ae.code == exitServer)
+}
+
+// refresh fetches and prints one view: on a terminal it first clears the
+// screen; otherwise a table is a block ending in a blank line, JSON a line.
+func (t *topCmd) refresh(ctx context.Context, c *adminClient, stdout io.Writer, term bool) error {
+	ans, err := t.fetch(ctx, c)
+	if err != nil {
+		return err
+	}
+	var view bytes.Buffer
+	if term {
+		view.WriteString("\x1b[H\x1b[2J") // home, clear: redraw in place
+	}
+	if t.af.json {
+		b, _ := json.Marshal(struct {
+			Time time.Time `json:"time"`
+			topAnswer
+		}{time.Now().UTC(), ans})
+		view.Write(append(b, '\n'))
+	} else {
+		t.printTable(&view, c, ans, time.Now())
+		if !term {
+			view.WriteByte('\n')
+		}
+	}
+	_, err = stdout.Write(view.Bytes())
+	return err
 }
 
 // printTable writes one snapshot: a header line, then a row per key.
@@ -175,7 +196,7 @@ func (t *topCmd) printTable(w io.Writer, c *adminClient, ans topAnswer, now time
 	}
 	fmt.Fprintln(w)
 	if len(ans.Rules) == 0 {
-		fmt.Fprintln(w, "no counted keys (yet): no request matched a rule, or none of the rules asked for")
+		fmt.Fprintln(w, "no key has been over a limit (of the rules asked for) since the server started")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
