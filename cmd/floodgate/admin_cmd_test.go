@@ -275,3 +275,26 @@ func TestAdminCLIOverrideKeyEscaping(t *testing.T) {
 	}
 	s.mustCLI(t, "overrides", "delete", "--domain", "api", key)
 }
+
+// --admin unix:PATH reaches an admin API on a socket.
+func TestAdminCLIUnixSocket(t *testing.T) {
+	for _, k := range []string{"FLOODGATE_ADMIN_TOKEN", "FLOODGATE_ADMIN_URL", "FLOODGATE_ADMIN_TOKEN_FILE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	sock, err := os.MkdirTemp("", "fgadm") // short: a socket path has a length limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", cliRules)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--admin-addr", "unix:"+filepath.Join(sock, "a.sock"))
+	if !strings.HasPrefix(s.admin, "unix:") {
+		t.Fatalf("admin address %q", s.admin)
+	}
+	code, out, errs := cli(t, "inspect", "--domain", "api", "user=a", "--admin", s.admin)
+	if code != 0 || !strings.Contains(out, "user=a") {
+		t.Fatalf("inspect over %s: %d %s %s", s.admin, code, out, errs)
+	}
+}
