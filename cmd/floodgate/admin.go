@@ -64,7 +64,7 @@ const defaultAdminURL = "http://127.0.0.1:6070"
 // commands whose output is a table).
 func (f *adminFlags) register(fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&f.admin, "admin", envString("ADMIN_URL", defaultAdminURL), "the admin API: http://HOST:PORT, https://HOST:PORT, HOST:PORT or unix:PATH [FLOODGATE_ADMIN_URL]")
-	fs.StringVar(&f.token, "token", "", "the admin token (default: $FLOODGATE_ADMIN_TOKEN, as serve reads it, else --token-file)")
+	fs.StringVar(&f.token, "token", "", "the admin token (default: --token-file's, else $FLOODGATE_ADMIN_TOKEN, as serve reads it)")
 	fs.StringVar(&f.tokenFile, "token-file", envString("ADMIN_TOKEN_FILE", ""), "read the admin token from this file (its first line) [FLOODGATE_ADMIN_TOKEN_FILE]")
 	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA to verify the admin API's certificate with (implies https)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate PEM file, for a server run with --tls-client-ca (with --key; implies https)")
@@ -92,6 +92,9 @@ func (f *adminFlags) client() (*adminClient, error) {
 	if err != nil {
 		return nil, usageError(err)
 	}
+	if tok != "" && !visibleToken(tok) {
+		return nil, usageError(errors.New("the admin token: want printable ASCII with no leading or trailing blanks, as serve's --admin-token"))
+	}
 	if (f.cert == "") != (f.key == "") {
 		return nil, usageError(errors.New("--cert and --key go together"))
 	}
@@ -115,20 +118,21 @@ func (f *adminFlags) client() (*adminClient, error) {
 			return nil, usageError(err)
 		}
 	}
-	return &adminClient{base: *base, hc: &http.Client{Transport: tr}, token: tok, timeout: f.timeout}, nil
+	// a redirect is not followed: the admin API makes none, and the token
+	// is for this address alone
+	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &adminClient{base: *base, hc: hc, token: tok, timeout: f.timeout}, nil
 }
 
-// resolveToken is --token, else $FLOODGATE_ADMIN_TOKEN, else the first
-// line of --token-file; "" for none.
+// resolveToken is --token, else the first line of --token-file (or
+// $FLOODGATE_ADMIN_TOKEN_FILE), else $FLOODGATE_ADMIN_TOKEN (as serve
+// reads it); "" for none.
 func (f *adminFlags) resolveToken() (string, error) {
 	if f.token != "" {
 		return f.token, nil
 	}
-	if v := os.Getenv("FLOODGATE_ADMIN_TOKEN"); v != "" {
-		return v, nil
-	}
 	if f.tokenFile == "" {
-		return "", nil
+		return os.Getenv("FLOODGATE_ADMIN_TOKEN"), nil
 	}
 	b, err := os.ReadFile(f.tokenFile)
 	if err != nil {

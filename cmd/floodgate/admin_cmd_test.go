@@ -201,6 +201,15 @@ func TestAdminCLITokenSources(t *testing.T) {
 	if code, out, errs := cli(t, "overrides", "list", "--domain", "api", "--admin", s.admin); code != 0 {
 		t.Fatalf("FLOODGATE_ADMIN_TOKEN: %d %s %s", code, out, errs)
 	}
+	// a flag wins over the environment: a wrong --token, or --token-file
+	// holding a wrong one, is refused though the variable is right
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	os.WriteFile(wrong, []byte("not-the-token\n"), 0o600)
+	for _, flags := range [][]string{{"--token", "not-the-token"}, {"--token-file", wrong}} {
+		if code, _, _ := cli(t, append([]string{"inspect", "--domain", "api", "user=a", "--admin", s.admin}, flags...)...); code != exitAuth {
+			t.Fatalf("%v with the right FLOODGATE_ADMIN_TOKEN: exit %d, want %d", flags, code, exitAuth)
+		}
+	}
 	os.Unsetenv("FLOODGATE_ADMIN_TOKEN")
 	for _, args := range [][]string{
 		{"reset", "--domain", "api", "user=a"},
