@@ -144,3 +144,41 @@ func TestAdminCLITLS(t *testing.T) {
 		t.Errorf("http:// with --ca: exit %d\n%s", code, errs)
 	}
 }
+
+// A file of more than one call (10,000 overrides a call) is checked whole
+// on the server before any call writes: a line the server refuses in the
+// second call leaves the first call's 10,000 unwritten too.
+func TestAdminCLIImportManyCallsCheckedFirst(t *testing.T) {
+	s := startAdminServer(t)
+	var b strings.Builder
+	for i := range 10_000 {
+		fmt.Fprintf(&b, `{"domain":"api","key":"user=u%05d","limit":5,"period":"24h"}`+"\n", i)
+	}
+	b.WriteString(`{"domain":"api","key":"ip=10.0.0.1","limit":5,"period":"24h","burst":9}` + "\n")
+	file := importFileOf(t, "big.jsonl", b.String())
+	code, out, errs := s.adminCLI(t, "overrides", "import", file)
+	if code != exitRejected || out != "" || !strings.Contains(errs, "big.jsonl:10001: burst: the server refused it") {
+		t.Fatalf("exit %d\nstdout %q\nstderr %s", code, out, errs)
+	}
+	if keys := s.listKeys(t); len(keys) != 0 {
+		t.Fatalf("a refused import wrote %d overrides", len(keys))
+	}
+}
+
+// What import says when a call fails after others were written: the lines
+// written, the failing call's, and the rest not written.
+func TestImportPartialNote(t *testing.T) {
+	lines := make([]importLine, 25_000)
+	for i := range lines {
+		lines[i].line = i + 3 // two comment lines first
+	}
+	got := partialNote("f.jsonl", lines, 10_000, 1, 3)
+	for _, want := range []string{"written: f.jsonl lines 3 to 10002 (10000 overrides, calls 1 to 1)", "call 2 of 3 failed", "lines 10003 to 20002 may be part written", "after: not written", "run it again"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("partialNote does not say %q:\n%s", want, got)
+		}
+	}
+	if got := partialNote("f.jsonl", lines, 0, 0, 3); !strings.Contains(got, "call 1 of 3 failed") || !strings.Contains(got, "nothing else was written") {
+		t.Errorf("a first call failing: %s", got)
+	}
+}
