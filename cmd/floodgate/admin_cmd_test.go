@@ -129,6 +129,15 @@ func TestAdminCLIInspectAndReset(t *testing.T) {
 	if out := s.mustCLI(t, "reset", "--domain", "api", "--json", "user=alice"); json.Unmarshal([]byte(out), &js) != nil {
 		t.Fatalf("reset --json: %s", out)
 	}
+	// a request's several descriptors: a row each; one no limit matches is
+	// named on stderr, the others still shown, and the exit code says so
+	code, out, errs := s.adminCLI(t, "inspect", "--domain", "api", "--json", "user=alice", "--descriptor", "ip=10.1.1.1", "--descriptor", "path=/x,user=y")
+	var many inspectJSON
+	if code != exitNotFound || json.Unmarshal([]byte(out), &many) != nil || len(many.Limits) != 2 ||
+		many.Limits[0].Descriptor != "user=alice" || many.Limits[1].Limit != "api.ip" || many.Limits[1].Descriptor != "ip=10.1.1.1" ||
+		!strings.Contains(errs, "path=/x,user=y: POST /v1/keys/inspect: 404") {
+		t.Fatalf("three descriptors, one matching no limit: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
 }
 
 // Each failure has its own exit code and a message on stderr, nothing on

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
 // keyState is POST /v1/keys/inspect's and /v1/keys/reset's answer: the
 // state of a key under the limit its descriptor matches.
 type keyState struct {
+	Descriptor string `json:"descriptor"` // the entries asked about, key=value,key2=value2 (the command's, not the server's)
 	Limit      string `json:"limit"`
 	Key        string `json:"key"`
 	Allowed    bool   `json:"allowed"`
@@ -47,24 +49,28 @@ func (a *keyAnswer) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-const inspectUsage = `usage: floodgate inspect --domain D [flags] key=value...
+const inspectUsage = `usage: floodgate inspect --domain D [flags] key=value... [--descriptor k=v,k2=v2]...
 
-Shows the state of a descriptor's key under each limit it matches, and the
+Shows the state of a descriptor's key under the limit it matches, and the
 decision the next request of cost 1 would get, consuming nothing
-(POST /v1/keys/inspect on serve's admin API). key=value... is one
-descriptor, its entries in order: route=r1 user=241531 for a nested one.
+(POST /v1/keys/inspect on serve's admin API): a row for each descriptor.
+key=value... is one descriptor, its entries in order (route=r1 user=241531
+for a nested one); --descriptor adds others, as a request carries several.
+A descriptor no limit matches is named on stderr (exit 3), the others shown.
 
   floodgate inspect --domain api user=241531
+  floodgate inspect --domain api remote_address=10.0.0.1 --descriptor remote_address=10.0.0.1,path=/login
   floodgate inspect --admin https://rl.internal:6070 --ca ca.pem --domain api --json user=241531
 
 flags:
 `
 
-const resetUsage = `usage: floodgate reset --domain D [flags] key=value...
+const resetUsage = `usage: floodgate reset --domain D [flags] key=value... [--descriptor k=v,k2=v2]...
 
 Forgets a descriptor's key under the limit it matches: its next request
 finds a fresh state (POST /v1/keys/reset on serve's admin API). A key with
-an override is reset under its override. key=value... as for inspect.
+an override is reset under its override. key=value... and --descriptor as
+for inspect.
 
   floodgate reset --domain api user=241531
 
@@ -81,14 +87,18 @@ func resetCommand(args []string, stdout, stderr io.Writer) int {
 	return keyCommand("reset", "/v1/keys/reset", resetUsage, args, stdout, stderr)
 }
 
-// keyCommand runs inspect or reset: one call of path with the descriptor,
-// its answer printed as a table or JSON.
+// keyCommand runs inspect or reset: one call of path for each
+// descriptor, the answers printed as a table or JSON. A descriptor no
+// limit matches is reported on stderr and the others still shown; the
+// exit code is then exitNotFound.
 func keyCommand(name, path, usage string, args []string, stdout, stderr io.Writer) int {
 	var af adminFlags
 	var domain string
+	var more multiFlag
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&domain, "domain", "", "the rules domain (required)")
+	fs.Var(&more, "descriptor", "another descriptor, key=value[,key2=value2...] (repeat for several: a request's descriptors)")
 	af.register(fs, true)
 	fs.Usage = adminUsage(fs, stderr, usage)
 	pos, err := parseInterleaved(fs, args)
@@ -98,7 +108,7 @@ func keyCommand(name, path, usage string, args []string, stdout, stderr io.Write
 	if domain == "" {
 		return exitWith(stderr, name, usageError(fmt.Errorf("--domain is required (see floodgate help %s)", name)))
 	}
-	entries, err := parseEntries(pos)
+	descs, err := descriptors(pos, more)
 	if err != nil {
 		return exitWith(stderr, name, usageError(err))
 	}
@@ -106,25 +116,84 @@ func keyCommand(name, path, usage string, args []string, stdout, stderr io.Write
 	if err != nil {
 		return exitWith(stderr, name, err)
 	}
-	var ans keyAnswer
-	body := map[string]any{"domain": domain, "entries": entries}
-	if err := c.call(context.Background(), "POST", path, nil, body, &ans); err != nil {
-		if ae, ok := err.(*adminError); ok && ae.code == exitNotFound {
-			ae.msg += domainHint(c, domain)
+	rows, code := keyCalls(c, name, path, domain, descs, stderr)
+	if code != exitOK && code != exitNotFound {
+		return code
+	}
+	switch {
+	case af.json:
+		if rows == nil {
+			rows = keyAnswer{}
 		}
-		return exitWith(stderr, name, err)
-	}
-	if af.json {
-		return printJSON(stdout, map[string]any{"domain": domain, "limits": ans})
-	}
-	if name == "reset" {
-		for _, s := range ans {
+		printJSON(stdout, map[string]any{"domain": domain, "limits": rows})
+	case name == "reset":
+		for _, s := range rows {
 			fmt.Fprintf(stdout, "reset %s under limit %s (now: %s)\n", s.Key, s.Limit, decisionText(s))
 		}
-		return exitOK
+	case len(rows) > 0:
+		printKeyTable(stdout, domain, rows)
 	}
-	printKeyTable(stdout, domain, ans)
-	return exitOK
+	return code
+}
+
+// descriptors are the command's descriptors: the key=value arguments (one
+// descriptor), then each --descriptor's.
+func descriptors(pos []string, more []string) ([][]entry, error) {
+	var out [][]entry
+	if len(pos) > 0 || len(more) == 0 {
+		d, err := parseEntries(pos)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	for _, m := range more {
+		d, err := parseEntries(strings.Split(m, ","))
+		if err != nil {
+			return nil, fmt.Errorf("--descriptor %q: %v", m, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// keyCalls makes the call of each descriptor, in order, and returns the
+// states of those a limit matches. A 404 is reported on stderr (the first
+// with whether the domain is loaded) and makes the code exitNotFound; any
+// other failure ends the calls with its code.
+func keyCalls(c *adminClient, name, path, domain string, descs [][]entry, stderr io.Writer) (keyAnswer, int) {
+	var rows keyAnswer
+	code := exitOK
+	for _, d := range descs {
+		var ans keyAnswer
+		err := c.call(context.Background(), "POST", path, nil, map[string]any{"domain": domain, "entries": d}, &ans)
+		ae, _ := err.(*adminError)
+		switch {
+		case err == nil:
+			for i := range ans {
+				ans[i].Descriptor = entriesText(d)
+			}
+			rows = append(rows, ans...)
+		case ae != nil && ae.code == exitNotFound:
+			if code == exitOK {
+				ae.msg += domainHint(c, domain)
+			}
+			code = exitNotFound
+			exitWith(stderr, name, fmt.Errorf("%s: %w", entriesText(d), ae))
+		default:
+			return nil, exitWith(stderr, name, err)
+		}
+	}
+	return rows, code
+}
+
+// entriesText writes a descriptor as key=value,key2=value2.
+func entriesText(d []entry) string {
+	parts := make([]string, len(d))
+	for i, e := range d {
+		parts[i] = e.Key + "=" + e.Value
+	}
+	return strings.Join(parts, ",")
 }
 
 // domainHint says, after a 404, whether domain is in the live rules at all
