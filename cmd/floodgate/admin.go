@@ -83,6 +83,8 @@ type adminClient struct {
 	hc      *http.Client
 	token   string
 	timeout time.Duration
+	// clientCert says a client certificate is given (--cert)
+	clientCert bool
 }
 
 // client checks the flags and makes the client: a usage error (exitUsage)
@@ -121,7 +123,7 @@ func (f *adminFlags) client() (*adminClient, error) {
 	// a redirect is not followed: the admin API makes none, and the token
 	// is for this address alone
 	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &adminClient{base: *base, hc: hc, token: tok, timeout: f.timeout}, nil
+	return &adminClient{base: *base, hc: hc, token: tok, timeout: f.timeout, clientCert: f.cert != ""}, nil
 }
 
 // resolveToken is --token, else the first line of --token-file (or
@@ -301,6 +303,12 @@ func (c *adminClient) unreachable(err error) error {
 	msg := fmt.Sprintf("no answer from the admin API at %s: %v", c.base.String(), err)
 	s := err.Error()
 	switch {
+	case strings.Contains(s, "certificate required") || strings.Contains(s, "bad certificate"):
+		msg += "\n  (the server wants a client certificate: --cert FILE --key FILE, issued by its --tls-client-ca)"
+	case c.base.Scheme == "https" && !c.clientCert && !strings.Contains(s, "x509:") && containsAny(s, "could not be established", "broken pipe", "EOF", "connection reset"):
+		// TLS 1.3 sends a client's missing certificate's alert after the
+		// handshake: the client sees whichever read or write fails first
+		msg += "\n  (the connection was dropped after the TLS handshake: if the server runs with --tls-client-ca, give --cert FILE --key FILE)"
 	case strings.Contains(s, "x509:") || strings.Contains(s, "certificate"):
 		msg += "\n  (the server's certificate did not verify: give its CA with --ca FILE, and --server-name if it is issued for another name)"
 	case strings.Contains(s, "server gave HTTP response to HTTPS client"):
