@@ -309,8 +309,10 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 //	GET    /v1/overrides/{domain}/{key...}
 //	PUT    /v1/overrides/{domain}/{key...}   {"limit":5,"period":"1s","burst":0,"algorithm":"","note":""}
 //	DELETE /v1/overrides/{domain}/{key...}
+//	PUT    /v1/overrides[?dry_run=true]      {"overrides":[{"domain":"d","key":"k","limit":5,"period":"1s"}]}: all or nothing
 //	POST   /v1/keys/reset    {"domain":"d","entries":[{"key":"user","value":"241531"}]}
 //	POST   /v1/keys/inspect  (the same body): the key's state, consuming nothing
+//	GET    /v1/top?domain=D&rule=R&n=N  the keys most often over each rule's limit
 //	GET    /debug/pprof/...  Go's profiles of the running service
 func (s *Service) AdminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
@@ -328,12 +330,14 @@ func (s *Service) AdminHandler(token string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(b)
 	})
+	mux.HandleFunc("PUT /v1/overrides", s.adminBulkPut) // bulk.go
 	mux.HandleFunc("GET /v1/overrides/{domain}", s.adminList)
 	mux.HandleFunc("GET /v1/overrides/{domain}/{key...}", s.adminGet)
 	mux.HandleFunc("PUT /v1/overrides/{domain}/{key...}", s.adminPut)
 	mux.HandleFunc("DELETE /v1/overrides/{domain}/{key...}", s.adminDelete)
 	mux.HandleFunc("POST /v1/keys/reset", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpReset) })
 	mux.HandleFunc("POST /v1/keys/inspect", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpPeek) })
+	mux.HandleFunc("GET /v1/top", s.adminTop)
 	// Profiles of the running service (go tool pprof http://ADMIN/debug/pprof/profile).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", cmdline)
@@ -607,7 +611,7 @@ func (s *Service) checkOverride(o overrides.Override, key string) error {
 		return nil
 	}
 	if _, err := s.dec.OverridePolicy(o.Domain, m.Limit, numbers(o)); err != nil {
-		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %v", m.Limit.Name, key, err)
+		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %w", m.Limit.Name, key, err)
 	}
 	return nil
 }
@@ -676,7 +680,13 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 	}
 	// the key's override, if it has one, holds its state: inspect or reset that
 	p := s.dec.KeyPolicy(r.Context(), kr.Domain, m.Limit, key)
-	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind})
+	// inspect peeks at a request of cost 1, the next one: a peek of cost
+	// 0 fits even a spent key, and would say allowed, retry after 0
+	op := floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind}
+	if kind == floodgate.OpPeek {
+		op.Cost = 1
+	}
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), op)
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
 		return

@@ -96,6 +96,8 @@ type Service struct {
 
 	lastLog atomic.Int64
 	tracer  *decisiontrace.Tracer // nil: off
+
+	limited limitedKeys // the top limited keys per rule (GET /v1/top)
 }
 
 // New returns a service deciding with cfg's rules.
@@ -121,8 +123,12 @@ func New(cfg *rules.Config, opts Options) *Service {
 	return s
 }
 
-// SetRules swaps the live rules (a reload).
-func (s *Service) SetRules(cfg *rules.Config) { s.rules.Store(cfg) }
+// SetRules swaps the live rules (a reload); the top limited keys of rules
+// no longer live are dropped.
+func (s *Service) SetRules(cfg *rules.Config) {
+	s.rules.Store(cfg)
+	s.limited.prune(cfg)
+}
 
 // Rules returns the live rules.
 func (s *Service) Rules() *rules.Config { return s.rules.Load() }
@@ -312,10 +318,28 @@ func (s *Service) status(req *rlsv3.RateLimitRequest, i int, r *decide.Result, p
 	if r.Op >= 0 || r.Wait > 0 {
 		st.DurationUntilReset = setDuration(&p.duration, r.Wait)
 	}
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.observeDecision(req.Domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
-	}
+	s.observeDecision(req.Domain, r)
 	return st, ph
+}
+
+// observeDecision counts a decided result: in the metrics, and, over the
+// limit, in the top limited keys.
+func (s *Service) observeDecision(domain string, r *decide.Result) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
+	}
+	if !r.Decision.Allowed {
+		s.limited.add(domain, ruleName(r.Limit), r.Key)
+	}
+}
+
+// ruleName is a limit's name as GET /v1/rules and the metrics show it:
+// requestLimitRule for a request's own limit.
+func ruleName(l *rules.Limit) string {
+	if l.Policy == nil {
+		return requestLimitRule
+	}
+	return l.Name
 }
 
 // headerOf is what the headers say of a decided result: its policy's, or,
