@@ -89,6 +89,7 @@ type Throttler struct {
 	queuedCost int64 // µs, the sum of the queued tickets' predictions
 	model      *costModel
 	adaptive   *vegas
+	drain      drainRate
 
 	stats counters
 }
@@ -196,7 +197,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 		return tk, nil
 	}
 	tk.predicted = t.model.predict(key)
-	if !t.makeRoom(tk.predicted, crit, now) {
+	if t.wouldExpire(crit, deadline, now) || !t.makeRoom(tk.predicted, crit, now) {
 		t.stats.refused[crit].Add(1)
 		return nil, ErrQueueFull
 	}
@@ -207,6 +208,64 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	t.ensurePacer()
 	t.changed()
 	return tk, nil
+}
+
+// wouldExpire reports whether a request of level crit arriving at now
+// would still be queued at its deadline: the predicted cost queued at
+// its level and above (what dispatch starts before it) exceeds what the
+// server drains by then at its measured rate. Such a request is refused
+// at once rather than after waiting to its deadline: the refusal is
+// cheaper for the server and earlier for the client. Nothing is refused
+// this way before the rate has been measured under saturation.
+func (t *Throttler) wouldExpire(crit Criticality, deadline, now int64) bool {
+	r := t.drain.rate
+	if r <= 0 || deadline == 0 {
+		return false
+	}
+	ahead := func() (c int64) {
+		for l := crit; l < numLevels; l++ {
+			c += t.queue[l].cost
+		}
+		return c
+	}
+	budget := r * float64(deadline-now)
+	if float64(ahead()) <= budget {
+		return false
+	}
+	t.dropExpired(now)
+	return float64(ahead()) > budget
+}
+
+// drainRate is the rate at which the server completes predicted cost
+// (CPU µs per µs), measured only while requests wait (the server runs at
+// its limit, so what completes is its capacity, not its demand): an
+// average over 100 ms spans, weighted 1/4 for the newest.
+type drainRate struct {
+	rate  float64 // 0 until measured
+	acc   int64   // cost completed since since
+	since int64   // start of the span (µs); 0 when not saturated
+}
+
+// completed books a completion of cost at now; saturated says whether
+// requests wait.
+func (d *drainRate) completed(cost, now int64, saturated bool) {
+	switch {
+	case !saturated:
+		d.since = 0
+	case d.since == 0:
+		d.since, d.acc = now, 0
+	default:
+		d.acc += cost
+		if el := now - d.since; el >= 100_000 {
+			r := float64(d.acc) / float64(el)
+			if d.rate == 0 {
+				d.rate = r
+			} else {
+				d.rate += (r - d.rate) / 4
+			}
+			d.since, d.acc = now, 0
+		}
+	}
 }
 
 // makeRoom reports whether a request of predicted cost c and level crit
@@ -429,6 +488,8 @@ func (tk *Ticket) finish(cost int64) {
 	t.stats.actual.Add(cost)
 	t.stats.absErr.Add(max(pred-cost, cost-pred))
 	t.stats.completions.Add(1)
+	// A probe's spans are not the server's capacity: it runs below its limit.
+	t.drain.completed(cost, now, t.queued > 0 && (t.adaptive == nil || !t.adaptive.probing))
 	if t.adaptive != nil {
 		t.limit = t.adaptive.sample(rc, now, tk.start, wall, tk.startLoad)
 	}

@@ -466,3 +466,82 @@ func waitSleeper(t *testing.T, m *clock.Manual) {
 		t.Fatal("the pacer is not sleeping on the clock:", err)
 	}
 }
+
+// A request whose predicted wait exceeds its deadline is refused at
+// arrival, not after waiting to its deadline; but never before the drain
+// rate was measured under saturation (the onset of a burst after an idle
+// spell must not be refused on an idle server's throughput), and never
+// for a level whose own queue ahead is short (dispatch starts the more
+// critical first).
+func TestFailFastOnPredictedWait(t *testing.T) {
+	th, m := newManual(t, Config{Limit: 1, MaxQueueCost: 10 * time.Second, MaxWait: time.Second})
+	r := route("/r")
+	// An idle server: one 100 ms request every second, nothing waits.
+	for range 3 {
+		tk := enter(t, th, r, Sheddable)
+		m.Advance(100 * time.Millisecond)
+		tk.DoneCost(100 * time.Millisecond)
+		m.Advance(900 * time.Millisecond)
+	}
+	if th.drain.rate != 0 {
+		t.Fatalf("drain rate %v measured while nothing waited", th.drain.rate)
+	}
+	// A burst: 15 requests, 1.5 s of predicted cost against a wait of
+	// 1 s. The rate is unknown: all are queued (the cost bound, 10 s, is
+	// far).
+	run := enter(t, th, r, Sheddable)
+	var q []*Ticket
+	for i := range 15 {
+		tk, err := th.Enter(r, Sheddable, 0)
+		if err != nil {
+			t.Fatalf("burst request %d refused before the rate was known: %v", i, err)
+		}
+		q = append(q, tk)
+	}
+	// Saturated: three completions of 100 ms, 100 ms apart, give a rate
+	// of 1 CPU.
+	for range 3 {
+		m.Advance(100 * time.Millisecond)
+		run.DoneCost(100 * time.Millisecond)
+		run, q = q[0], q[1:]
+		if !run.Admitted() {
+			t.Fatal("the queue's head did not run")
+		}
+	}
+	if got := th.drain.rate; math.Abs(got-1) > 0.01 {
+		t.Fatalf("drain rate %v, want 1", got)
+	}
+	// 12 queued, 1.2 s ahead of a SHEDDABLE arrival that must start
+	// within 1 s: refused at once, the queue's cost bound far away.
+	st := th.Stats()
+	if _, err := th.Enter(r, Sheddable, 0); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("SHEDDABLE arrival with 1.2 s of work ahead and 1 s to wait: %v", err)
+	}
+	if st2 := th.Stats(); st2.Refused[Sheddable] != st.Refused[Sheddable]+1 || st2.Queued != st.Queued {
+		t.Errorf("refusal not booked or queue changed: %+v -> %+v", st, st2)
+	}
+	// A CRITICAL arrival has nothing ahead at its level: queued, and
+	// runs next.
+	crit := enter(t, th, r, Critical)
+	m.Advance(100 * time.Millisecond)
+	run.DoneCost(100 * time.Millisecond)
+	if !crit.Admitted() {
+		t.Fatal("the CRITICAL request did not run next")
+	}
+	// A CRITICAL arrival whose own deadline is 50 ms away, behind 100 ms
+	// of CRITICAL work: refused at once.
+	enter(t, th, r, Critical)
+	if _, err := th.Enter(r, Critical, m.NowMicro()+50_000); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("CRITICAL with 50 ms to live behind 100 ms of CRITICAL work: %v", err)
+	}
+	// Once the queue is short enough, SHEDDABLE arrivals are queued
+	// again: withdraw all but 5 (0.6 s ahead with the CRITICAL).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tk := range q[5:] {
+		tk.Wait(ctx) //nolint:errcheck
+	}
+	if _, err := th.Enter(r, Sheddable, 0); err != nil {
+		t.Fatalf("SHEDDABLE arrival with 0.6 s ahead: %v", err)
+	}
+}

@@ -40,13 +40,15 @@ type result struct {
 	shedCPU, okCPUPerUnit, shedShare float64
 	shedAtOnceCPU, shedWaitedCPU     float64 // the mean over 503s at once, and over 503s after a wait (µs)
 	shedMetered, shedWaited          int
-	limits                           string // Floodgate's limit and in flight, p10 p50 p90
+	limits                           string  // Floodgate's limit and in flight, p10 p50 p90
+	idle                             float64 // % of the server's processors' time idle in the window (Go's estimate)
 }
 
 func (r result) String() string {
 	s := fmt.Sprintf("goodput %5.1f%% (by answer %5.1f%%)  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  work unanswered %4.1f%%  capacity %.0f units/CPU-s  CPU/503 %4.0fµs (%d metered; at once %.0fµs, %d after a wait %.0fµs) = %4.2f%% of server CPU  CPU/unit of 200s %4.0fµs",
 		r.goodput, r.goodputByAnswer, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.unanswered, r.perCPU,
 		r.shedCPU, r.shedMetered, r.shedAtOnceCPU, r.shedWaited, r.shedWaitedCPU, r.shedShare, r.okCPUPerUnit)
+	s += fmt.Sprintf("  Ps idle %.1f%%", r.idle)
 	if r.limits != "" {
 		s += "  limit/inflight p10,50,90 " + r.limits
 	}
@@ -59,6 +61,7 @@ type server struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	hc  *http.Client
+	ctl *http.Client // the harness's own calls (stats, marks): not queued behind the load's connections
 }
 
 // profileDir, if set, is where each server writes its CPU profile.
@@ -123,8 +126,9 @@ func (s *server) stats3() (units int64, cpu time.Duration, counted int64) {
 func (s *server) get(path string, read func(io.Reader)) {
 	req, _ := http.NewRequest("GET", s.url+path, nil)
 	req.Header.Set(bypass, "1")
-	resp, err := s.hc.Do(req)
+	resp, err := s.ctl.Do(req)
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "harness call %s: %v\n", path, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -220,6 +224,7 @@ func runOne(peer string, round int, d time.Duration) (result, error) {
 		return result{}, err
 	}
 	s.hc = newClient(s.url)
+	s.ctl = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
 	defer s.stop()
 	s.capacity(500 * time.Millisecond) // warm up
 	before := s.capacity(2 * time.Second)
@@ -272,6 +277,7 @@ func runOne(peer string, round int, d time.Duration) (result, error) {
 	if m.okUnits > 0 {
 		r.okCPUPerUnit = float64(m.okNs) / float64(m.okUnits) / 1e3
 	}
+	r.idle = float64(m.idle) / 10
 	if m.limits != "- - - - - -" {
 		r.limits = m.limits
 	}
@@ -290,6 +296,7 @@ type phase struct {
 // meterReading is the server's /meter answer (meter.go).
 type meterReading struct {
 	okN, okNs, okUnits, shedN, shedNs, waitN, waitNs, otherN, otherNs int64
+	idle                                                              int64 // ‰ of the processors' time, from the mark
 	limits                                                            string
 }
 
@@ -298,14 +305,14 @@ func (s *server) meter() meterReading {
 	s.get("/meter", func(r io.Reader) {
 		b, _ := io.ReadAll(r)
 		f := strings.Fields(string(b))
-		if len(f) < 9 {
+		if len(f) < 10 {
 			return
 		}
-		v := make([]int64, 9)
+		v := make([]int64, 10)
 		for i := range v {
 			v[i], _ = strconv.ParseInt(f[i], 10, 64)
 		}
-		m = meterReading{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], strings.Join(f[9:], " ")}
+		m = meterReading{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], strings.Join(f[10:], " ")}
 	})
 	return m
 }
@@ -374,6 +381,7 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 		old := hist[max(0, len(hist)-11)]
 		rate.Store(math.Float64bits(3 * perCPU * (now - old.cpu).Seconds() / (el - old.at).Seconds()))
 	}
+	s.get("/endmark", nil) // the offered load ends
 	close(done)
 	loop.Wait()
 	reqs.Wait()

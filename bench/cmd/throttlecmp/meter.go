@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"runtime/metrics"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -119,4 +120,33 @@ func meterLine() string {
 	m := &meter
 	return fmt.Sprintf("%d %d %d %d %d %d %d %d %d", m.okN.Load(), m.okNs.Load(), m.okUnits.Load(),
 		m.shedN.Load(), m.shedNs.Load(), m.waitN.Load(), m.waitNs.Load(), m.otherN.Load(), m.otherNs.Load())
+}
+
+// idleSamples reads the Go runtime's estimate of its processors' idle
+// time and their total time (GOMAXPROCS × wall), in seconds.
+var idleSamples = []metrics.Sample{{Name: "/cpu/classes/idle:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+
+var idleAtMark, idleAtEnd [2]float64
+
+func readIdle() [2]float64 {
+	metrics.Read(idleSamples)
+	var v [2]float64
+	for i, s := range idleSamples {
+		if s.Value.Kind() == metrics.KindFloat64 {
+			v[i] = s.Value.Float64()
+		}
+	}
+	return v
+}
+
+// idleLine is the share of the processors' time (GOMAXPROCS × wall)
+// idle from the mark to the end of the offered load (/endmark), in per
+// mille: a limit too low to keep them busy shows here.
+func idleLine() string {
+	v := idleAtEnd
+	total := v[1] - idleAtMark[1]
+	if total <= 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.0f", 1000*(v[0]-idleAtMark[0])/total)
 }

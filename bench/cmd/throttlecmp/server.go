@@ -120,9 +120,13 @@ func serve(peer string, perUnit int, profile string) error {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%d %d %d", units.Load(), processCPU().Microseconds(), counted.Load())
 	})
-	mux.HandleFunc("GET /mark", func(w http.ResponseWriter, r *http.Request) { marked.Store(true) })
+	mux.HandleFunc("GET /mark", func(w http.ResponseWriter, r *http.Request) {
+		idleAtMark = readIdle()
+		marked.Store(true)
+	})
+	mux.HandleFunc("GET /endmark", func(w http.ResponseWriter, r *http.Request) { idleAtEnd = readIdle() })
 	mux.HandleFunc("GET /meter", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s", meterLine(), limits.line())
+		fmt.Fprintf(w, "%s %s %s", meterLine(), idleLine(), limits.line())
 	})
 	limited, th, err := wrap(peer, mux)
 	if err != nil {
