@@ -29,7 +29,7 @@ type sim struct {
 	probed           []bool
 	stretchSum       float64
 	stretchN         int
-	early            int // refusals with the queue's cost under its bound (on the predicted wait)
+	early            int     // refusals with the queue's cost under its bound (on the predicted wait)
 	busy             float64 // processor-µs used
 }
 
