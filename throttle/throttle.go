@@ -205,6 +205,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	t.queue[crit].pushBack(tk)
 	t.queued++
 	t.queuedCost += tk.predicted
+	t.dropPushedBack(crit, now)
 	t.ensurePacer()
 	t.changed()
 	return tk, nil
@@ -234,6 +235,35 @@ func (t *Throttler) wouldExpire(crit Criticality, deadline, now int64) bool {
 	}
 	t.dropExpired(now)
 	return float64(ahead()) > budget
+}
+
+// dropPushedBack evicts, at once, the queued requests below level crit
+// that an arrival of crit pushed past their deadline: the newest of each
+// lower level while the predicted cost ahead of it (everything queued at
+// its level and above) exceeds what the server drains by its deadline.
+// They would be dropped at their deadline anyway; now their callers hear
+// it without waiting. As wouldExpire, nothing before the drain rate is
+// measured.
+func (t *Throttler) dropPushedBack(crit Criticality, now int64) {
+	r := t.drain.rate
+	if r <= 0 {
+		return
+	}
+	var above int64 // queued cost at the levels above l
+	for l := numLevels - 1; l >= int(crit); l-- {
+		above += t.queue[l].cost
+	}
+	for l := int(crit) - 1; l >= 0; l-- {
+		for v := t.queue[l].tail; v != nil && v.deadline != 0; v = t.queue[l].tail {
+			ahead := above + t.queue[l].cost - v.predicted
+			if float64(ahead) <= r*float64(v.deadline-now) {
+				break
+			}
+			t.remove(v, evicted)
+			t.stats.evicted[l].Add(1)
+		}
+		above += t.queue[l].cost
+	}
 }
 
 // drainRate is the rate at which the server completes predicted cost

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -543,5 +544,74 @@ func TestFailFastOnPredictedWait(t *testing.T) {
 	}
 	if _, err := th.Enter(r, Sheddable, 0); err != nil {
 		t.Fatalf("SHEDDABLE arrival with 0.6 s ahead: %v", err)
+	}
+}
+
+// A CRITICAL arrival that pushes queued SHEDDABLE requests past their
+// deadline evicts them at once (their callers hear it now, not at the
+// deadline), the newest first and only those: not before the drain rate
+// is measured, and not those that still fit.
+func TestDropPushedBack(t *testing.T) {
+	th, m := newManual(t, Config{Limit: 1, MaxQueueCost: 10 * time.Second, MaxWait: time.Second})
+	r, dear := route("/r"), route("/dear")
+	train(t, th, dear, 150*time.Millisecond)
+	train(t, th, r, 100*time.Millisecond)
+	run := enter(t, th, r, Sheddable)
+	var q []*Ticket
+	for range 12 {
+		q = append(q, enter(t, th, r, Sheddable))
+	}
+	// Before the rate is known a CRITICAL arrival pushes 1.2 s of
+	// SHEDDABLE work back (deadline 1 s) and evicts nothing.
+	c0 := enter(t, th, dear, Critical)
+	if st := th.Stats(); st.Evicted[Sheddable] != 0 {
+		t.Fatalf("evicted %d before the drain rate was measured", st.Evicted[Sheddable])
+	}
+	// Saturated completions at 1 CPU: at 100 ms, the CRITICAL one
+	// runs first, to 250 ms, then two SHEDDABLE ones of 100 ms.
+	m.Advance(100 * time.Millisecond)
+	run.DoneCost(100 * time.Millisecond)
+	if !c0.Admitted() {
+		t.Fatal("CRITICAL not dispatched first")
+	}
+	m.Advance(150 * time.Millisecond)
+	c0.DoneCost(150 * time.Millisecond)
+	run, q = q[0], q[1:]
+	for range 2 {
+		m.Advance(100 * time.Millisecond)
+		run.DoneCost(100 * time.Millisecond)
+		run, q = q[0], q[1:]
+	}
+	if got := th.drain.rate; math.Abs(got-1) > 0.01 {
+		t.Fatalf("drain rate %v, want 1", got)
+	}
+	// t = 450 ms, 550 ms left to the SHEDDABLE ones' deadline. Keep 4
+	// queued: the newest has 0.3 s ahead.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tk := range q[4:] {
+		tk.Wait(ctx) //nolint:errcheck
+	}
+	q = q[:4]
+	// A CRITICAL arrival of 150 ms: the newest has 0.45 s ahead, fits.
+	enter(t, th, dear, Critical)
+	for i, tk := range q {
+		wantState(t, fmt.Sprintf("q[%d] after one CRITICAL", i), tk, waiting)
+	}
+	// Another: 0.6 s ahead of the newest (evicted), 0.5 s of the next
+	// (kept).
+	enter(t, th, dear, Critical)
+	for i, tk := range q {
+		want := waiting
+		if i == 3 {
+			want = evicted
+		}
+		wantState(t, fmt.Sprintf("q[%d] after two CRITICAL", i), tk, want)
+	}
+	if err := q[3].Wait(ctx); !errors.Is(err, ErrEvicted) {
+		t.Errorf("Wait of the evicted: %v", err)
+	}
+	if st := th.Stats(); st.Evicted[Sheddable] != 1 || st.Queued != 5 {
+		t.Errorf("stats: %+v", st)
 	}
 }
