@@ -40,14 +40,19 @@ type result struct {
 	shedCPU, okCPUPerUnit, shedShare float64
 	shedAtOnceCPU, shedWaitedCPU     float64 // the mean over 503s at once, and over 503s after a wait (µs)
 	shedMetered, shedWaited          int
-	limits                           string  // Floodgate's limit and in flight, p10 p50 p90
-	idle                             float64 // % of the server's processors' time idle in the window (Go's estimate)
+	// answeredCPU is the server's CPU in the window that went into work
+	// answered 200 (%): that work's units times the CPU a unit of a
+	// metered 200 took in the same run. Unlike goodput it needs no
+	// capacity measured at another time on a host whose speed drifts.
+	answeredCPU float64
+	limits      string  // Floodgate's limit and in flight, p10 p50 p90
+	idle        float64 // % of the server's processors' time idle in the window (Go's estimate)
 }
 
 func (r result) String() string {
-	s := fmt.Sprintf("goodput %5.1f%% (by answer %5.1f%%)  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  work unanswered %4.1f%%  capacity %.0f units/CPU-s  CPU/503 %4.0fµs (%d metered; at once %.0fµs, %d after a wait %.0fµs) = %4.2f%% of server CPU  CPU/unit of 200s %4.0fµs",
+	s := fmt.Sprintf("goodput %5.1f%% (by answer %5.1f%%)  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  work unanswered %4.1f%%  capacity %.0f units/CPU-s  CPU/503 %4.0fµs (%d metered; at once %.0fµs, %d after a wait %.0fµs) = %4.2f%% of server CPU  CPU/unit of 200s %4.0fµs  CPU in answered work %5.1f%%",
 		r.goodput, r.goodputByAnswer, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.unanswered, r.perCPU,
-		r.shedCPU, r.shedMetered, r.shedAtOnceCPU, r.shedWaited, r.shedWaitedCPU, r.shedShare, r.okCPUPerUnit)
+		r.shedCPU, r.shedMetered, r.shedAtOnceCPU, r.shedWaited, r.shedWaitedCPU, r.shedShare, r.okCPUPerUnit, r.answeredCPU)
 	s += fmt.Sprintf("  Ps idle %.1f%%", r.idle)
 	if r.limits != "" {
 		s += "  limit/inflight p10,50,90 " + r.limits
@@ -276,6 +281,7 @@ func runOne(peer string, round int, d time.Duration) (result, error) {
 	r.shedMetered, r.shedWaited = int(m.shedN+m.waitN), int(m.waitN)
 	if m.okUnits > 0 {
 		r.okCPUPerUnit = float64(m.okNs) / float64(m.okUnits) / 1e3
+		r.answeredCPU = 100 * res.okCounted * r.okCPUPerUnit / float64(cpu.Microseconds())
 	}
 	r.idle = float64(m.idle) / 10
 	if m.limits != "- - - - - -" {

@@ -84,10 +84,11 @@ func summarize(list []string, all map[string][]result) {
 	shedCPU := func(r result) float64 { return r.shedCPU }
 	shedShare := func(r result) float64 { return r.shedShare }
 	unanswered := func(r result) float64 { return r.unanswered }
+	answered := func(r result) float64 { return r.answeredCPU }
 	fmt.Printf("\nmedians over %d rounds\n", len(all[list[0]]))
-	fmt.Printf("| peer | goodput (%% of capacity) | goodput by answer time (%%) | CRITICAL success | p99 admitted (ms) | CPU per refused request (µs) | CPU on refused requests (%% of server CPU) | work unanswered (%%) | floodgate goodput ÷ peer | floodgate CRITICAL ÷ peer |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| peer | goodput (%% of capacity) | goodput by answer time (%%) | CPU in answered work (%%) | CRITICAL success | p99 admitted (ms) | CPU per refused request (µs) | CPU on refused requests (%% of server CPU) | work unanswered (%%) | floodgate goodput ÷ peer | floodgate CRITICAL ÷ peer |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range list {
-		fmt.Printf("| %s | %.1f | %.1f | %.2f %% | %.0f | %.0f | %.2f | %.1f | %.3f | %.3f |\n", p, med(p, goodput), med(p, byAnswer), med(p, crit), med(p, p99),
+		fmt.Printf("| %s | %.1f | %.1f | %.1f | %.2f %% | %.0f | %.0f | %.2f | %.1f | %.3f | %.3f |\n", p, med(p, goodput), med(p, byAnswer), med(p, answered), med(p, crit), med(p, p99),
 			med(p, shedCPU), med(p, shedShare), med(p, unanswered), med("floodgate", goodput)/med(p, goodput), med("floodgate", crit)/med(p, crit))
 	}
 	fmt.Printf("\nper round, floodgate goodput ÷ peer (the same round)\n")

@@ -206,13 +206,16 @@ func (s *limitSampler) line() string {
 // wrap puts peer's admission control in front of mux; for Floodgate it
 // also returns the throttler.
 func wrap(peer string, mux *http.ServeMux) (http.Handler, *throttle.Throttler, error) {
-	if peer == "floodgate" || peer == "floodgate-limit20" {
+	if peer == "floodgate" || peer == "floodgate-limit20" || peer == "floodgate-wide" {
 		const maxWait = 2 * time.Second
 		procs := runtime.GOMAXPROCS(0)
 		c := throttle.Config{Limit: 2 * procs, Adaptive: &throttle.AdaptiveConfig{},
 			MaxQueueCost: maxWait * time.Duration(procs), MaxWait: maxWait}
-		if peer == "floodgate-limit20" { // a fixed limit of 20 in flight, go-concurrency-limits' floor (-peers only)
+		switch peer {
+		case "floodgate-limit20": // a fixed limit of 20 in flight, go-concurrency-limits' floor (-peers only)
 			c.Limit, c.Adaptive = 20, nil
+		case "floodgate-wide": // Vegas with 4× the default α and β: the limit settles near CPUs + 8..16 (-peers only)
+			c.Adaptive.Alpha, c.Adaptive.Beta = 8, 16
 		}
 		th := throttle.New(c)
 		return th.Middleware(throttle.MiddlewareOptions{Mux: mux})(mux), th, nil
