@@ -197,7 +197,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 		return tk, nil
 	}
 	tk.predicted = t.model.predict(key)
-	if t.wouldExpire(crit, deadline, now) || !t.makeRoom(tk.predicted, crit, now) {
+	if crit < Critical && t.wouldExpire(crit, deadline, now) || !t.makeRoom(tk.predicted, crit, now) {
 		t.stats.refused[crit].Add(1)
 		return nil, ErrQueueFull
 	}
