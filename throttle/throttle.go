@@ -205,6 +205,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	t.queue[crit].pushBack(tk)
 	t.queued++
 	t.queuedCost += tk.predicted
+	t.drain.queuedCost(crit, tk.predicted)
 	t.dropPushedBack(crit, now)
 	t.ensurePacer()
 	t.changed()
@@ -214,14 +215,19 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 // wouldExpire reports whether a request of level crit arriving at now
 // would still be queued at its deadline: the predicted cost queued at
 // its level and above (what dispatch starts before it) exceeds what the
-// server drains by then at its measured rate. Such a request is refused
-// at once rather than after waiting to its deadline: the refusal is
-// cheaper for the server and earlier for the client. Nothing is refused
-// this way before the rate has been measured under saturation.
+// server drains for its level by then. That is the measured drain rate
+// less the rate at which more critical work arrives (it will be
+// dispatched first). Such a request is refused at once rather than after
+// waiting to its deadline: the refusal is cheaper for the server and
+// earlier for the client. Nothing is refused this way before the rate
+// has been measured under saturation.
 func (t *Throttler) wouldExpire(crit Criticality, deadline, now int64) bool {
 	r := t.drain.rate
 	if r <= 0 || deadline == 0 {
 		return false
+	}
+	for l := crit + 1; l < numLevels; l++ {
+		r -= t.drain.arrival[l]
 	}
 	ahead := func() (c int64) {
 		for l := crit; l < numLevels; l++ {
@@ -229,7 +235,7 @@ func (t *Throttler) wouldExpire(crit Criticality, deadline, now int64) bool {
 		}
 		return c
 	}
-	budget := r * float64(deadline-now)
+	budget := max(r, 0) * float64(deadline-now)
 	if float64(ahead()) <= budget {
 		return false
 	}
@@ -267,13 +273,25 @@ func (t *Throttler) dropPushedBack(crit Criticality, now int64) {
 }
 
 // drainRate is the rate at which the server completes predicted cost
-// (CPU µs per µs), measured only while requests wait (the server runs at
-// its limit, so what completes is its capacity, not its demand): an
-// average over 100 ms spans, weighted 1/4 for the newest.
+// (CPU µs per µs), and the rate at which each level's requests join the
+// queue (their predicted cost per µs), measured only while requests
+// wait (the server runs at its limit, so what completes is its capacity,
+// not its demand): averages over 100 ms spans, weighted 1/4 for the
+// newest.
 type drainRate struct {
-	rate  float64 // 0 until measured
-	acc   int64   // cost completed since since
-	since int64   // start of the span (µs); 0 when not saturated
+	rate    float64 // 0 until measured
+	arrival [numLevels]float64
+	acc     int64 // cost completed since since
+	joined  [numLevels]int64
+	since   int64 // start of the span (µs); 0 when not saturated
+}
+
+// queuedCost books a request of level l and predicted cost c joining the
+// queue.
+func (d *drainRate) queuedCost(l Criticality, c int64) {
+	if d.since != 0 {
+		d.joined[l] += c
+	}
 }
 
 // completed books a completion of cost at now; saturated says whether
@@ -283,19 +301,25 @@ func (d *drainRate) completed(cost, now int64, saturated bool) {
 	case !saturated:
 		d.since = 0
 	case d.since == 0:
-		d.since, d.acc = now, 0
+		d.since, d.acc, d.joined = now, 0, [numLevels]int64{}
 	default:
 		d.acc += cost
 		if el := now - d.since; el >= 100_000 {
-			r := float64(d.acc) / float64(el)
-			if d.rate == 0 {
-				d.rate = r
-			} else {
-				d.rate += (r - d.rate) / 4
+			first := d.rate == 0
+			d.rate = ewma(d.rate, float64(d.acc)/float64(el), first)
+			for l := range d.arrival {
+				d.arrival[l] = ewma(d.arrival[l], float64(d.joined[l])/float64(el), first)
 			}
-			d.since, d.acc = now, 0
+			d.since, d.acc, d.joined = now, 0, [numLevels]int64{}
 		}
 	}
+}
+
+func ewma(old, v float64, first bool) float64 {
+	if first {
+		return v
+	}
+	return old + (v-old)/4
 }
 
 // makeRoom reports whether a request of predicted cost c and level crit

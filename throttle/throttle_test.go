@@ -623,3 +623,38 @@ func TestDropPushedBack(t *testing.T) {
 		t.Errorf("stats: %+v", st)
 	}
 }
+
+// The predicted wait of a request counts the more critical work that
+// keeps arriving (it is dispatched first): with the server draining
+// 1 CPU and CRITICAL work joining at 0.5 CPU, a SHEDDABLE arrival with
+// 0.6 s ahead and 1 s to live is refused at once (it gets 0.5 s of the
+// server by then), where the drain rate alone would queue it.
+func TestPredictedWaitCountsMoreCritical(t *testing.T) {
+	th, m := newManual(t, Config{Limit: 1, MaxQueueCost: 10 * time.Second, MaxWait: time.Second})
+	r, half := route("/r"), route("/half")
+	train(t, th, half, 50*time.Millisecond)
+	train(t, th, r, 100*time.Millisecond)
+	all := []*Ticket{enter(t, th, r, Sheddable)}
+	for range 6 {
+		all = append(all, enter(t, th, r, Sheddable))
+	}
+	for range 2 { // every 100 ms: 50 ms of CRITICAL work joins, 100 ms completes
+		m.Advance(100 * time.Millisecond)
+		all = append(all, enter(t, th, half, Critical))
+		for _, tk := range all {
+			if state(tk) == admitted {
+				tk.DoneCost(100 * time.Millisecond)
+				break
+			}
+		}
+	}
+	if d := th.drain; math.Abs(d.rate-1) > 0.01 || math.Abs(d.arrival[Critical]-0.5) > 0.01 || d.arrival[Sheddable] != 0 {
+		t.Fatalf("drain %v, CRITICAL joining %v, SHEDDABLE joining %v; want 1, 0.5, 0", d.rate, d.arrival[Critical], d.arrival[Sheddable])
+	}
+	if st := th.Stats(); st.Queued != 6 || st.QueuedCost != 600*time.Millisecond {
+		t.Fatalf("queue %+v, want the 6 SHEDDABLE", st)
+	}
+	if _, err := th.Enter(r, Sheddable, 0); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("SHEDDABLE with 0.6 s ahead, 1 s to live, 0.5 CPU for its level: %v", err)
+	}
+}
