@@ -35,7 +35,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every peer once")
 	only := flag.String("peers", strings.Join(peers, ","), "peers to run, comma-separated")
 	loadFor := flag.Duration("load", 6*time.Second, "overload phase, the first second not counted")
-	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (internal; calibrated if 0)")
+	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (calibrated if 0)")
 	cpuProfile := flag.String("cpuprofile", "", "write the server's CPU profile here (internal)")
 	flag.StringVar(&profileDir, "profile", "", "write each server's CPU profile into this directory (PEER-ROUND.pprof)")
 	flag.Parse()
@@ -47,7 +47,10 @@ func main() {
 		return
 	}
 	list := strings.Split(*only, ",")
-	unitRounds = calibrate()
+	unitRounds = *perUnit
+	if unitRounds == 0 {
+		unitRounds = calibrate()
+	}
 	fmt.Printf("a unit is %d xorshift rounds (about 1 ms of one core, calibrated once for every server)\n", unitRounds)
 	all := map[string][]result{}
 	for r := range *rounds {

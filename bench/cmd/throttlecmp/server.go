@@ -164,6 +164,11 @@ func serve(peer string, perUnit int, profile string) error {
 	go srv.Serve(ln) //nolint:errcheck
 	fmt.Printf("ADDR %s GOMAXPROCS=%d\n", ln.Addr(), runtime.GOMAXPROCS(0))
 	io.Copy(io.Discard, bufio.NewReader(os.Stdin)) //nolint:errcheck
+	if th != nil && os.Getenv("THROTTLECMP_STATS") != "" {
+		st := th.Stats()
+		fmt.Fprintf(os.Stderr, "%s: refused %v evicted %v expired %v withdrawn %v (by level, SHEDDABLE first)\n",
+			peer, st.Refused, st.Evicted, st.Expired, st.Withdrawn)
+	}
 	return nil
 }
 
