@@ -14,6 +14,15 @@
 // and 80 % SHEDDABLE, 20 % dear, for -load (the first second not
 // counted). Rounds run the peers interleaved, in turn.
 //
+// Goodput is the work done in the measured window (the server counts
+// each request's units after the window's start, GET /mark) and
+// answered 200, per server CPU-second, as % of capacity; the former
+// measure, the work of the 200s answered in the window whenever done,
+// is printed beside it ("by answer"). One request in eight is metered
+// (meter.go): its CPU from the handler's entry to its return, on a
+// locked thread, by outcome; that gives the CPU per refused request and
+// the CPU spent on refused requests.
+//
 //	go run ./cmd/throttlecmp -rounds 3
 package main
 
