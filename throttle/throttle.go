@@ -35,6 +35,10 @@ type Config struct {
 	// MaxWait bounds a request's wait in the queue: one still queued
 	// after it is dropped before it runs (as is one past the deadline it
 	// came with). 0 means only the request's own deadline bounds it.
+	// Once the throttler has measured how fast it drains, a request
+	// below CRITICAL predicted to wait past its deadline is refused at
+	// arrival, and one a more critical arrival pushes past it is evicted
+	// at once (see ErrQueueFull, ErrEvicted).
 	MaxWait time.Duration
 	// Rate, if above 0, makes the throttler a shaper with a fixed
 	// outflow (the leaky bucket of the seed articles): requests start at
@@ -59,7 +63,10 @@ type Config struct {
 // the request (HTTP 503, gRPC UNAVAILABLE), not that a quota is spent.
 var (
 	// ErrQueueFull: the queue's predicted cost is at its bound and holds
-	// nothing less critical to evict.
+	// nothing less critical to evict; or, for a level below CRITICAL,
+	// its predicted wait (the cost queued ahead of it over what the
+	// server drains for its level) exceeds its deadline, so it would be
+	// dropped there: it is refused at once instead.
 	ErrQueueFull = errors.New("throttle: admission queue full")
 	// ErrEvicted: a more critical arrival took the request's place.
 	ErrEvicted = errors.New("throttle: evicted from the admission queue by a more critical request")
