@@ -45,15 +45,20 @@ type result struct {
 	// metered 200 took in the same run. Unlike goodput it needs no
 	// capacity measured at another time on a host whose speed drifts.
 	answeredCPU float64
-	limits      string  // Floodgate's limit and in flight, p10 p50 p90
-	idle        float64 // % of the server's processors' time idle in the window (Go's estimate)
+	// underLoad is the work done while the load was offered (answered
+	// or not, without the drain after it) per server CPU-second, % of
+	// capacity: the drain serves what a queue still holds without
+	// refusals to pay, so a longer queue gains there.
+	underLoad float64
+	limits    string  // Floodgate's limit and in flight, p10 p50 p90
+	idle      float64 // % of the server's processors' time idle in the window (Go's estimate)
 }
 
 func (r result) String() string {
 	s := fmt.Sprintf("goodput %5.1f%% (by answer %5.1f%%)  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  work unanswered %4.1f%%  capacity %.0f units/CPU-s  CPU/503 %4.0fµs (%d metered; at once %.0fµs, %d after a wait %.0fµs) = %4.2f%% of server CPU  CPU/unit of 200s %4.0fµs  CPU in answered work %5.1f%%",
 		r.goodput, r.goodputByAnswer, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.unanswered, r.perCPU,
 		r.shedCPU, r.shedMetered, r.shedAtOnceCPU, r.shedWaited, r.shedWaitedCPU, r.shedShare, r.okCPUPerUnit, r.answeredCPU)
-	s += fmt.Sprintf("  Ps idle %.1f%%", r.idle)
+	s += fmt.Sprintf("  Ps idle %.1f%%  work under load %.1f%%", r.idle, r.underLoad)
 	if r.limits != "" {
 		s += "  limit/inflight p10,50,90 " + r.limits
 	}
@@ -239,7 +244,8 @@ func runOne(peer string, round int, d time.Duration) (result, error) {
 	okUnits := res.okUnits
 	r := result{perCPU: res.perCPU, goodput: 100 * res.okCounted / cpu.Seconds() / res.perCPU,
 		goodputByAnswer: 100 * okUnits / cpu.Seconds() / res.perCPU,
-		unanswered:      100 * max(0, res.serverUnits-res.okCounted) / max(1, res.serverUnits)}
+		unanswered:      100 * max(0, res.serverUnits-res.okCounted) / max(1, res.serverUnits),
+		underLoad:       100 * res.underLoad / res.perCPU}
 	var lat []time.Duration
 	for _, o := range res.outcomes {
 		r.n++
@@ -296,6 +302,7 @@ type phase struct {
 	serverUnits float64 // work the server did in the window (from the mark to the drain), answered or not
 	okUnits     float64 // work answered 200 after warm, by the answer's time, whenever done
 	okCounted   float64 // work done in the window and answered 200
+	underLoad   float64 // work done (answered or not) per server CPU-second from the mark to the load's end
 	meter       meterReading
 }
 
@@ -388,6 +395,7 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 		rate.Store(math.Float64bits(3 * perCPU * (now - old.cpu).Seconds() / (el - old.at).Seconds()))
 	}
 	s.get("/endmark", nil) // the offered load ends
+	_, cpuAtEnd, countedAtEnd := s.stats3()
 	close(done)
 	loop.Wait()
 	reqs.Wait()
@@ -396,6 +404,7 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	ph.serverUnits = float64(counted)
 	ph.okUnits = float64(okDone.Load())
 	ph.okCounted = float64(okCounted.Load())
+	ph.underLoad = float64(countedAtEnd) / (cpuAtEnd - cpuAtWarm).Seconds()
 	ph.meter = s.meter()
 	return ph, cpu - cpuAtWarm
 }
