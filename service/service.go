@@ -67,6 +67,9 @@ type Options struct {
 	// Logger receives warnings, such as failed override lookups (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// Record keeps the requests of the last minutes for POST /v1/whatif
+	// (the zero value records nothing).
+	Record RecordOptions
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -85,6 +88,9 @@ type Service struct {
 	guards  map[string]*tokenGuard // RequireToken's, by token: one throttle for every handler a token guards
 
 	lastLog atomic.Int64
+
+	rec    *recorder     // nil: recording off
+	whatIf chan struct{} // one what-if at a time
 }
 
 // New returns a service deciding with cfg's rules.
@@ -105,6 +111,7 @@ func New(cfg *rules.Config, opts Options) *Service {
 		AllowRequestLimits: opts.AllowRequestLimits,
 		Logger:             opts.Logger,
 	})}
+	s.rec, s.whatIf = newRecorder(opts.Record), make(chan struct{}, 1)
 	s.rules.Store(cfg)
 	return s
 }
@@ -153,6 +160,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, err
 	}
 	cfg := s.rules.Load()
+	if s.rec != nil {
+		s.record(cfg, req)
+	}
 	n := len(req.Descriptors)
 	// Most requests carry a descriptor or two: keep them off the heap.
 	// (The entries stay there only if no descriptor is stored anywhere
