@@ -218,3 +218,57 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkDecideRecord is BenchmarkDecide/memory with the what-if
+// recorder off (the default of service.New) and on (serve's default: five
+// minutes, capped at DefaultRecordMaxEntries requests, which a benchmark
+// reaches within a second: the steady state of a flood, each request
+// dropping the oldest).
+//
+//	go test -c -o /tmp/svc.test ./service
+//	for i in 1 2 3; do /tmp/svc.test -test.run '^$' -test.bench 'DecideRecord' -test.benchmem -test.benchtime 2s; done
+func BenchmarkDecideRecord(b *testing.B) {
+	for _, mode := range []string{"off", "on"} {
+		b.Run(mode, func(b *testing.B) {
+			d, err := rules.Parse("bench.yaml", []byte(benchRules))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg, err := rules.NewConfig(d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts := service.Options{Store: benchStore(b, "memory"), Metrics: service.NewMetrics()}
+			if mode == "on" {
+				opts.Record = service.RecordOptions{Window: service.DefaultRecordWindow}
+			}
+			svc := service.New(cfg, opts)
+			reqs := benchRequests()
+			ctx := context.Background()
+			for range service.DefaultRecordMaxEntries / len(reqs) { // the recorder full
+				for _, r := range reqs {
+					if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(7919)
+				for pb.Next() {
+					i++
+					if _, err := svc.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

@@ -36,6 +36,7 @@ type serveConfig struct {
 	tlsCert, tlsKey, tlsClientCA   string
 	allowRequestLimits, xRateLimit bool
 	noRateLimit, shadowMode        bool
+	record                         recordConfig   // the what-if recorder (--record-*)
 	capacity                       capacityConfig // capacity leases (capacity.go)
 }
 
@@ -55,8 +56,12 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", envBool("SHADOW_MODE"), "every limit in shadow mode: decide, count and report, refuse nothing (envoyproxy/ratelimit's SHADOW_MODE) [FLOODGATE_SHADOW_MODE]")
+	c.record.register(fs)
 	c.capacity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := c.record.check(); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -158,7 +163,8 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	svc := service.New(cfg, service.Options{Store: st.store, Overrides: st.overrides, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log})
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log,
+		Record: c.record.options(rules.Options{CalendarMonth: c.calendarMonth})})
 	loader.svc = svc
 	srv, err := c.newServers(svc, metrics, st.ready, log)
 	if err != nil {
