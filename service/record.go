@@ -1,8 +1,10 @@
 package service
 
 import (
+	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -41,10 +43,22 @@ type RecordOptions struct {
 
 // record is one recorded request.
 type record struct {
-	at     int64 // the service clock's time (Unix µs)
+	at     int64  // the service clock's time (Unix µs)
+	seq    uint64 // arrival order
 	domain string
-	descs  []decide.Descriptor // entries copied; their strings shared with the request
+	descs  []decide.Descriptor // entries copied; their strings shared with the request (nil: one)
+	one    decide.Descriptor   // the request's one descriptor, when descs is nil
 	size   int64               // estimated bytes held
+}
+
+// descriptors returns the request's descriptors; buf holds a request's
+// one descriptor.
+func (r *record) descriptors(buf *[1]decide.Descriptor) []decide.Descriptor {
+	if r.descs != nil {
+		return r.descs
+	}
+	buf[0] = r.one
+	return buf[:]
 }
 
 // recordOverhead is a record's estimated bytes besides its strings: the
@@ -55,10 +69,18 @@ const (
 	entryOverhead  = 32
 )
 
-// recorder keeps the newest requests of the last window, in arrival
-// order, bounded by entries and bytes: a ring that grows to its cap.
+// recorder keeps the newest requests of the last window, bounded by
+// entries and bytes, in shards (a request goes to the next shard in turn,
+// so that concurrent requests seldom wait for one lock); each shard a ring
+// that grows to its share of the caps.
 type recorder struct {
-	window     int64 // µs
+	window int64 // µs
+	seq    atomic.Uint64
+	shards []recShard
+}
+
+// recShard is one shard of a recorder.
+type recShard struct {
 	maxEntries int
 	maxBytes   int64
 
@@ -69,7 +91,18 @@ type recorder struct {
 	// cutAt is the time of the newest request dropped for a cap (not for
 	// age), 0 if none: a window starting at or before it is incomplete.
 	cutAt int64
-	cut   int64 // requests dropped for a cap, ever
+	_     [64]byte // each shard's lock on cache lines of its own
+}
+
+// recordShards is how many shards a recorder of maxEntries has: one a
+// 4,096 entries, a power of two from 1 to 8 (a small recorder keeps
+// exactly its newest maxEntries).
+func recordShards(maxEntries int) int {
+	n := 1
+	for n < 8 && n*2*4096 <= maxEntries {
+		n *= 2
+	}
+	return n
 }
 
 func newRecorder(o RecordOptions) *recorder {
@@ -82,7 +115,12 @@ func newRecorder(o RecordOptions) *recorder {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultRecordMaxBytes
 	}
-	return &recorder{window: min(o.Window, MaxRecordWindow).Microseconds(), maxEntries: o.MaxEntries, maxBytes: o.MaxBytes}
+	n := recordShards(o.MaxEntries)
+	r := &recorder{window: min(o.Window, MaxRecordWindow).Microseconds(), shards: make([]recShard, n)}
+	for i := range r.shards {
+		r.shards[i].maxEntries, r.shards[i].maxBytes = o.MaxEntries/n, o.MaxBytes/int64(n)
+	}
+	return r
 }
 
 // record records req for what-ifs, as Decide reads it (cfg: the rules it
@@ -91,33 +129,44 @@ func newRecorder(o RecordOptions) *recorder {
 // stack-allocated ones would move them to the heap for every request,
 // recording or not.
 func (s *Service) record(cfg *rules.Config, req *rlsv3.RateLimitRequest) {
-	var entries []rules.Entry
-	descs := make([]decide.Descriptor, len(req.Descriptors))
-	size := int64(recordOverhead + len(req.Domain))
+	n := 0
+	for _, d := range req.Descriptors {
+		n += len(d.GetEntries())
+	}
+	entries := make([]rules.Entry, 0, n)
+	rec := record{at: s.opts.Clock.NowMicro(), domain: req.Domain, size: int64(recordOverhead + len(req.Domain))}
+	if len(req.Descriptors) > 1 {
+		rec.descs = make([]decide.Descriptor, len(req.Descriptors))
+	}
 	for i, d := range req.Descriptors {
 		start := len(entries)
 		entries = appendEntries(entries, d)
-		descs[i] = s.descriptor(cfg, req, d, entries[start:len(entries):len(entries)])
-		size += descOverhead
+		desc := s.descriptor(cfg, req, d, entries[start:len(entries):len(entries)])
+		if rec.descs == nil {
+			rec.one = desc // most requests: one descriptor, kept in the record (one allocation less)
+		} else {
+			rec.descs[i] = desc
+		}
+		rec.size += descOverhead
 		for _, e := range entries[start:] {
-			size += entryOverhead + int64(len(e.Key)+len(e.Value))
+			rec.size += entryOverhead + int64(len(e.Key)+len(e.Value))
 		}
 	}
-	rec := record{at: s.opts.Clock.NowMicro(), domain: req.Domain, descs: descs, size: size}
-	s.rec.mu.Lock()
-	s.rec.push(rec)
-	s.rec.mu.Unlock()
+	rec.seq = s.rec.seq.Add(1)
+	sh := &s.rec.shards[rec.seq&uint64(len(s.rec.shards)-1)]
+	sh.mu.Lock()
+	sh.push(rec, s.rec.window)
+	sh.mu.Unlock()
 }
 
 // push appends rec, dropping the requests older than the window and, while
 // a cap binds, the oldest. r.mu is held.
-func (r *recorder) push(rec record) {
-	for r.n > 0 && r.ring[r.head].at < rec.at-r.window {
+func (r *recShard) push(rec record, window int64) {
+	for r.n > 0 && r.ring[r.head].at < rec.at-window {
 		r.drop()
 	}
 	for r.n > 0 && (r.n >= r.maxEntries || r.bytes+rec.size > r.maxBytes) {
 		r.cutAt = max(r.cutAt, r.ring[r.head].at)
-		r.cut++
 		r.drop()
 	}
 	if r.n == len(r.ring) {
@@ -129,7 +178,7 @@ func (r *recorder) push(rec record) {
 }
 
 // drop forgets the oldest request.
-func (r *recorder) drop() {
+func (r *recShard) drop() {
 	r.bytes -= r.ring[r.head].size
 	r.ring[r.head] = record{}
 	r.head = (r.head + 1) % len(r.ring)
@@ -137,7 +186,7 @@ func (r *recorder) drop() {
 }
 
 // grow doubles the ring, up to maxEntries.
-func (r *recorder) grow() {
+func (r *recShard) grow() {
 	size := min(max(2*len(r.ring), 1024), r.maxEntries)
 	ring := make([]record, size)
 	for i := 0; i < r.n; i++ {
@@ -161,27 +210,29 @@ type recording struct {
 }
 
 // snapshot copies the records of the last d before now (the records
-// themselves are never changed after add, so they are shared), sorted by
-// time (stable: requests of one microsecond keep their arrival order).
+// themselves are never changed after they are pushed, so they are
+// shared), sorted by time, then arrival.
 func (r *recorder) snapshot(now int64, d time.Duration) recording {
 	from := now - d.Microseconds()
-	r.mu.Lock()
-	out := make([]record, 0, r.n)
-	for i := 0; i < r.n; i++ {
-		if rec := r.ring[(r.head+i)%len(r.ring)]; rec.at >= from {
-			out = append(out, rec)
+	var out []record
+	var cutAt int64
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		out = slices.Grow(out, sh.n)
+		for j := 0; j < sh.n; j++ {
+			if rec := sh.ring[(sh.head+j)%len(sh.ring)]; rec.at >= from {
+				out = append(out, rec)
+			}
 		}
+		cutAt = max(cutAt, sh.cutAt)
+		sh.mu.Unlock()
 	}
-	cutAt := r.cutAt
-	r.mu.Unlock()
-	slices.SortStableFunc(out, func(a, b record) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
+	slices.SortFunc(out, func(a, b record) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
 		}
-		return 0
+		return cmp.Compare(a.seq, b.seq)
 	})
 	rec := recording{records: out, from: from, to: now, coversFrom: from}
 	if cutAt >= from {

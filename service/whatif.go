@@ -172,7 +172,8 @@ func (s *Service) runWhatIf(ctx context.Context, cand *rules.Config, domain stri
 	runs := [2]*replayer{s.newReplayer(cand, domain, &out.Candidate), s.newReplayer(live, domain, &out.Current)}
 	defer runs[0].close()
 	defer runs[1].close()
-	for _, r := range rec.records {
+	for i := range rec.records {
+		r := &rec.records[i]
 		if r.domain != domain {
 			continue
 		}
@@ -208,6 +209,7 @@ type replayer struct {
 	clk    *clock.Manual
 	out    *whatIfRun
 	res    []decide.Result
+	one    [1]decide.Descriptor
 	own    []*rules.Limit // the descriptors' own limits met, in order
 }
 
@@ -231,15 +233,16 @@ func (s *Service) newReplayer(cfg *rules.Config, domain string, out *whatIfRun) 
 func (p *replayer) close() { p.store.Close() }
 
 // replay decides one request at its recorded time and counts it.
-func (p *replayer) replay(r record) {
+func (p *replayer) replay(r *record) {
 	p.clk.SetMicro(r.at)
-	if cap(p.res) < len(r.descs) {
-		p.res = make([]decide.Result, len(r.descs))
+	descs := r.descriptors(&p.one)
+	if cap(p.res) < len(descs) {
+		p.res = make([]decide.Result, len(descs))
 	}
-	res := p.res[:len(r.descs)]
+	res := p.res[:len(descs)]
 	// the replay's own deadline is checked between requests; a memory
 	// store does not wait
-	if err := p.dec.Decide(context.Background(), p.store, p.clk, p.cfg, p.domain, r.descs, res); err != nil {
+	if err := p.dec.Decide(context.Background(), p.store, p.clk, p.cfg, p.domain, descs, res); err != nil {
 		p.out.Invalid++ // a memory store fails only a malformed request
 		return
 	}

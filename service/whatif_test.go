@@ -356,6 +356,27 @@ func TestWhatIfRecorderCaps(t *testing.T) {
 	}
 }
 
+// The byte cap binds too: long values fill it before the entry cap.
+func TestWhatIfRecorderByteCap(t *testing.T) {
+	e := newEnv(t, service.Options{Record: service.RecordOptions{Window: time.Minute, MaxBytes: 8 << 10}}, whatIfLive)
+	admin := httptest.NewServer(e.svc.AdminHandler(""))
+	t.Cleanup(admin.Close)
+	long := strings.Repeat("v", 1000)
+	for i := range 100 {
+		e.clk.Advance(time.Millisecond)
+		e.ask(t, reqOf("wi", d("user", fmt.Sprint(i, long))))
+	}
+	var got whatIfJSON
+	_, body := postWhatIf(t, admin.URL, "", "", whatIfCandidate)
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	// each request holds over 1,000 bytes: at most 8 of them fit
+	if n := got.Window.Requests; n < 1 || n > 8 || !got.Window.Truncated || got.Candidate.Rules[0].Matched != int64(n) {
+		t.Errorf("byte cap: %s", body)
+	}
+}
+
 // A replay that runs out of its time (the admin timeout) stops, and says
 // so: the counts are of the requests replayed.
 func TestWhatIfStopsAtTheAdminTimeout(t *testing.T) {
