@@ -3,9 +3,11 @@ package service_test
 import (
 	"context"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -271,4 +273,40 @@ func BenchmarkDecideRecord(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// BenchmarkWhatIf is one POST /v1/whatif over a full recorder
+// (DefaultRecordMaxEntries requests of 1,000 keys): both replays, the
+// posted rules' and the live ones'.
+//
+//	go test -run '^$' -bench 'WhatIf' -benchtime 5x ./service
+func BenchmarkWhatIf(b *testing.B) {
+	d, err := rules.Parse("bench.yaml", []byte(benchRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := service.New(cfg, service.Options{Store: benchStore(b, "memory"), Record: service.RecordOptions{Window: service.MaxRecordWindow}, AdminTimeout: time.Minute})
+	ctx := context.Background()
+	reqs := benchRequests()
+	for range service.DefaultRecordMaxEntries / len(reqs) {
+		for _, r := range reqs {
+			if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	h := svc.AdminHandler("")
+	cand := strings.Replace(benchRules, "1000000000", "100", 1)
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/whatif", strings.NewReader(cand)))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `"complete": true`) {
+			b.Fatalf("%d %s", w.Code, w.Body.String()[:min(w.Body.Len(), 500)])
+		}
+	}
+	b.ReportMetric(float64(service.DefaultRecordMaxEntries), "requests/op")
 }
