@@ -228,7 +228,7 @@ func processCPU() time.Duration {
 // dropping the oldest).
 //
 //	go test -c -o /tmp/svc.test ./service
-//	for i in 1 2 3; do /tmp/svc.test -test.run '^$' -test.bench 'DecideRecord' -test.benchmem -test.benchtime 2s; done
+//	for i in 1 2 3; do /tmp/svc.test -test.run '^$' -test.bench 'DecideRecord' -test.benchmem -test.benchtime 1000000x; done
 func BenchmarkDecideRecord(b *testing.B) {
 	for _, mode := range []string{"off", "on"} {
 		b.Run(mode, func(b *testing.B) {
