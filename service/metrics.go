@@ -2,7 +2,6 @@ package service
 
 import (
 	"errors"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/rules"
 )
 
@@ -132,7 +132,7 @@ func NewMetrics() *Metrics {
 			[]string{"domain", "rule", "outcome"}),
 		detailed: &topValues{desc: prometheus.NewDesc("floodgate_top_value_decisions",
 			"Decisions per descriptor value for rules with detailed_metric: the 100 most frequent values per rule (Space-Saving estimate), the rest as \"other\". A gauge: values enter and leave the top.",
-			[]string{"domain", "rule", "value", "outcome"}, nil), rules: map[[2]string]*spaceSaving{}},
+			[]string{"domain", "rule", "value", "outcome"}, nil), rules: map[[2]string]*ruleValues{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_requests_total",
 			Help: "ShouldRateLimit requests by domain and overall code (ok, over_limit, invalid, error)."},
 			[]string{"domain", "code"}),
@@ -256,66 +256,42 @@ func (m *Metrics) limit(l *rules.Limit) *limitSeries {
 }
 
 // topValues is a collector of per-value decision counts, one Space-Saving
-// summary per (domain, rule).
+// summary (internal/topk) per (domain, rule), each value's count split by
+// outcome in its tag.
 type topValues struct {
 	desc  *prometheus.Desc
 	mu    sync.Mutex
-	rules map[[2]string]*spaceSaving
+	rules map[[2]string]*ruleValues
 }
 
-type ssEntry struct {
-	value      string
-	ok, over   float64
-	totalCount float64
-}
-
-type spaceSaving struct {
-	entries map[string]*ssEntry
-	total   [2]float64 // ok, over: every decision of the rule
+// ruleValues are a rule's values: their summary, the ok and over_limit
+// counts of each kept value as its tag, and every decision's in total.
+type ruleValues struct {
+	values *topk.Tagged[[2]float64]
+	total  [2]float64 // ok, over: every decision of the rule
 }
 
 func (t *topValues) add(domain, rule, value string, allowed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := [2]string{domain, rule}
-	ss := t.rules[k]
-	if ss == nil {
+	rv := t.rules[k]
+	if rv == nil {
 		if len(t.rules) >= maxChildren {
 			return
 		}
-		ss = &spaceSaving{entries: map[string]*ssEntry{}}
-		t.rules[k] = ss
+		rv = &ruleValues{values: topk.NewTagged[[2]float64](trackedValues)}
+		t.rules[k] = rv
 	}
 	i := 0
 	if !allowed {
 		i = 1
 	}
-	ss.total[i]++
-	e := ss.entries[value]
-	if e == nil {
-		if len(ss.entries) < trackedValues {
-			e = &ssEntry{value: value}
-		} else {
-			// Take over the least counted slot.
-			var least *ssEntry
-			for _, c := range ss.entries {
-				if least == nil || c.totalCount < least.totalCount {
-					least = c
-				}
-			}
-			delete(ss.entries, least.value)
-			// It inherits the slot's count: an estimate that may overstate
-			// the newcomer by that much, as Space-Saving does.
-			e = &ssEntry{value: value, totalCount: least.totalCount}
-		}
-		ss.entries[value] = e
-	}
-	e.totalCount++
-	if allowed {
-		e.ok++
-	} else {
-		e.over++
-	}
+	rv.total[i]++
+	// A value that takes a slot over inherits its count (an estimate that
+	// may overstate it by that much, as Space-Saving does) but starts its
+	// split by outcome afresh.
+	rv.values.AddTag(value, 1)[i]++
 }
 
 // Describe implements prometheus.Collector.
@@ -326,30 +302,23 @@ func (t *topValues) Describe(ch chan<- *prometheus.Desc) { ch <- t.desc }
 func (t *topValues) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for k, ss := range t.rules {
-		top := make([]*ssEntry, 0, len(ss.entries))
-		for _, e := range ss.entries {
-			top = append(top, e)
-		}
-		sort.Slice(top, func(i, j int) bool { return top[i].totalCount > top[j].totalCount })
-		if len(top) > maxValues {
-			top = top[:maxValues]
-		}
-		restOK, restOver := ss.total[0], ss.total[1]
+	for k, rv := range t.rules {
+		top := rv.values.Top(maxValues)
+		restOK, restOver := rv.total[0], rv.total[1]
 		byLabel := make(map[string]*[2]float64, len(top)) // values alike as labels, merged
 		var labels []string
 		for _, e := range top {
-			l := labelValue(e.value)
+			l := labelValue(e.Key)
 			c := byLabel[l]
 			if c == nil {
 				c = new([2]float64)
 				byLabel[l] = c
 				labels = append(labels, l)
 			}
-			c[0] += e.ok
-			c[1] += e.over
-			restOK -= e.ok
-			restOver -= e.over
+			c[0] += e.Tag[0]
+			c[1] += e.Tag[1]
+			restOK -= e.Tag[0]
+			restOver -= e.Tag[1]
 		}
 		for _, l := range labels {
 			c := byLabel[l]

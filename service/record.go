@@ -69,17 +69,17 @@ const (
 	entryOverhead  = 32
 )
 
-// recorder keeps the newest requests of the last window, bounded by
+// requestLog keeps the newest requests of the last window, bounded by
 // entries and bytes, in shards (a request goes to the next shard in turn,
 // so that concurrent requests seldom wait for one lock); each shard a ring
 // that grows to its share of the caps.
-type recorder struct {
+type requestLog struct {
 	window int64 // µs
 	seq    atomic.Uint64
 	shards []recShard
 }
 
-// recShard is one shard of a recorder.
+// recShard is one shard of a requestLog.
 type recShard struct {
 	maxEntries int
 	maxBytes   int64
@@ -105,7 +105,7 @@ func recordShards(maxEntries int) int {
 	return n
 }
 
-func newRecorder(o RecordOptions) *recorder {
+func newRequestLog(o RecordOptions) *requestLog {
 	if o.Window <= 0 {
 		return nil
 	}
@@ -116,7 +116,7 @@ func newRecorder(o RecordOptions) *recorder {
 		o.MaxBytes = DefaultRecordMaxBytes
 	}
 	n := recordShards(o.MaxEntries)
-	r := &recorder{window: min(o.Window, MaxRecordWindow).Microseconds(), shards: make([]recShard, n)}
+	r := &requestLog{window: min(o.Window, MaxRecordWindow).Microseconds(), shards: make([]recShard, n)}
 	for i := range r.shards {
 		r.shards[i].maxEntries, r.shards[i].maxBytes = o.MaxEntries/n, o.MaxBytes/int64(n)
 	}
@@ -152,10 +152,10 @@ func (s *Service) record(cfg *rules.Config, req *rlsv3.RateLimitRequest) {
 			rec.size += entryOverhead + int64(len(e.Key)+len(e.Value))
 		}
 	}
-	rec.seq = s.rec.seq.Add(1)
-	sh := &s.rec.shards[rec.seq&uint64(len(s.rec.shards)-1)]
+	rec.seq = s.reqLog.seq.Add(1)
+	sh := &s.reqLog.shards[rec.seq&uint64(len(s.reqLog.shards)-1)]
 	sh.mu.Lock()
-	sh.push(rec, s.rec.window)
+	sh.push(rec, s.reqLog.window)
 	sh.mu.Unlock()
 }
 
@@ -212,7 +212,7 @@ type recording struct {
 // snapshot copies the records of the last d before now (the records
 // themselves are never changed after they are pushed, so they are
 // shared), sorted by time, then arrival.
-func (r *recorder) snapshot(now int64, d time.Duration) recording {
+func (r *requestLog) snapshot(now int64, d time.Duration) recording {
 	from := now - d.Microseconds()
 	var out []record
 	var cutAt int64

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/recorder"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -70,6 +71,10 @@ type Options struct {
 	// Record keeps the requests of the last minutes for POST /v1/whatif
 	// (the zero value records nothing).
 	Record RecordOptions
+	// RecordDecisions keeps the recent history of decisions per rule and
+	// second for floodgate's dashboard (Service.Recorder): an atomic add
+	// per decision.
+	RecordDecisions bool
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -89,8 +94,11 @@ type Service struct {
 
 	lastLog atomic.Int64
 
-	rec    *recorder     // nil: recording off
+	reqLog *requestLog   // the requests recorded for what-ifs; nil: recording off
 	whatIf chan struct{} // one what-if at a time
+	limited limitedKeys        // the top limited keys per rule (GET /v1/top)
+	rec     *recorder.Recorder // nil unless Options.RecordDecisions
+	own     sync.Map           // domain → *recorder.Counters: requests' own limits
 }
 
 // New returns a service deciding with cfg's rules.
@@ -111,13 +119,25 @@ func New(cfg *rules.Config, opts Options) *Service {
 		AllowRequestLimits: opts.AllowRequestLimits,
 		Logger:             opts.Logger,
 	})}
-	s.rec, s.whatIf = newRecorder(opts.Record), make(chan struct{}, 1)
+	s.reqLog, s.whatIf = newRequestLog(opts.Record), make(chan struct{}, 1)
+	if opts.RecordDecisions {
+		s.rec = recorder.New()
+	}
 	s.rules.Store(cfg)
 	return s
 }
 
-// SetRules swaps the live rules (a reload).
-func (s *Service) SetRules(cfg *rules.Config) { s.rules.Store(cfg) }
+// Recorder returns the history of decisions kept for the dashboard, nil
+// unless Options.RecordDecisions. Its owner samples it every second
+// (recorder.Recorder.Sample).
+func (s *Service) Recorder() *recorder.Recorder { return s.rec }
+
+// SetRules swaps the live rules (a reload); the top limited keys of rules
+// no longer live are dropped.
+func (s *Service) SetRules(cfg *rules.Config) {
+	s.rules.Store(cfg)
+	s.limited.prune(cfg)
+}
 
 // Rules returns the live rules.
 func (s *Service) Rules() *rules.Config { return s.rules.Load() }
@@ -144,6 +164,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.Decide(ctx, req)
+	if s.rec != nil && err == nil {
+		s.rec.ObserveLatency(time.Since(start))
+	}
 	if s.opts.Metrics != nil {
 		domain := req.GetDomain()
 		if cfg := s.rules.Load(); cfg == nil || cfg.Domain(domain) == nil {
@@ -160,7 +183,7 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, err
 	}
 	cfg := s.rules.Load()
-	if s.rec != nil {
+	if s.reqLog != nil {
 		s.record(cfg, req)
 	}
 	n := len(req.Descriptors)
@@ -293,10 +316,51 @@ func (s *Service) status(req *rlsv3.RateLimitRequest, i int, r *decide.Result, p
 	if r.Op >= 0 || r.Wait > 0 {
 		st.DurationUntilReset = setDuration(&p.duration, r.Wait)
 	}
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.observeDecision(req.Domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
-	}
+	s.observeDecision(req.Domain, r)
 	return st, ph
+}
+
+// observeDecision counts a decided result: in the metrics, and, over the
+// limit, in the top limited keys.
+func (s *Service) observeDecision(domain string, r *decide.Result) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
+	}
+	if !r.Decision.Allowed {
+		s.limited.add(domain, ruleName(r.Limit), r.Key)
+	}
+	if s.rec != nil {
+		s.counters(domain, r.Limit).Record(r.Decision.Allowed, r.Shadow || r.Limit.QuotaMode, r.Decision.Degraded, r.Decision.Excess)
+	}
+}
+
+// counters are l's decision counters in the recorder: found by the
+// limit's pointer, or, for a request's own limit (a fresh one each time),
+// by domain.
+func (s *Service) counters(domain string, l *rules.Limit) *recorder.Counters {
+	if l.Policy != nil {
+		return s.rec.For(l, recorder.ID{Domain: domain, Rule: l.Name})
+	}
+	if c, ok := s.own.Load(domain); ok {
+		return c.(*recorder.Counters)
+	}
+	c := s.rec.For(ownLimits{domain}, recorder.ID{Domain: domain, Rule: requestLimitRule})
+	if cfg := s.rules.Load(); cfg != nil && cfg.Domain(domain) != nil { // own limits need a known domain: bounded
+		s.own.Store(domain, c)
+	}
+	return c
+}
+
+// ownLimits is the recorder's key of a domain's own limits.
+type ownLimits struct{ domain string }
+
+// ruleName is a limit's name as GET /v1/rules and the metrics show it:
+// requestLimitRule for a request's own limit.
+func ruleName(l *rules.Limit) string {
+	if l.Policy == nil {
+		return requestLimitRule
+	}
+	return l.Name
 }
 
 // headerOf is what the headers say of a decided result: its policy's, or,

@@ -86,7 +86,7 @@ type whatIfRule struct {
 // replayed over the recorded requests of its domain, and the live rules
 // over the same, each on a fresh memory store of its own on a manual clock.
 func (s *Service) adminWhatIf(w http.ResponseWriter, r *http.Request) {
-	if s.rec == nil {
+	if s.reqLog == nil {
 		httpError(w, http.StatusConflict, "what-if: requests are not recorded (serve --record-window 0); nothing to replay")
 		return
 	}
@@ -118,14 +118,14 @@ func (s *Service) adminWhatIf(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusTooManyRequests, "what-if: another what-if is running; one at a time")
 		return
 	}
-	res := s.runWhatIf(r.Context(), cand, dom.Name, s.rec.snapshot(s.opts.Clock.NowMicro(), d))
+	res := s.runWhatIf(r.Context(), cand, dom.Name, s.reqLog.snapshot(s.opts.Clock.NowMicro(), d))
 	writeJSON(w, res)
 }
 
 // whatIfMinutes reads ?minutes=M: a number of minutes above 0, at most
 // the recorder's window (the default).
 func (s *Service) whatIfMinutes(v string) (time.Duration, error) {
-	window := time.Duration(s.rec.window) * time.Microsecond
+	window := time.Duration(s.reqLog.window) * time.Microsecond
 	if v == "" {
 		return window, nil
 	}
