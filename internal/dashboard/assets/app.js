@@ -133,7 +133,8 @@
     if (drop > 0) { latency.t.splice(0, drop); latency.p50.splice(0, drop); latency.p99.splice(0, drop); }
     const data = [latency.t, latency.p50, latency.p99];
     if (!latency.plot) {
-      latency.plot = new uPlot({ width: chartWidth($("latency-chart")), height: 140, title: "Decision latency (µs, ≤ bucket bound)",
+      $("latency-chart").append(el("h3", {}, "Decision latency (µs, upper bound of a power-of-two bucket)"));
+      latency.plot = new uPlot({ width: chartWidth($("latency-chart")), height: 140,
         series: [{}, { label: "p50", stroke: "#2874a6" }, { label: "p99", stroke: "#c0392b" }], scales: { x: { time: true } } }, data, $("latency-chart"));
     } else {
       latency.plot.setData(data);
@@ -260,7 +261,9 @@
 
   // --- overrides ----------------------------------------------------------
   let ovrAfter = "";
-  async function listOverrides(e, more) {
+  // listOverrides lists a page of the domain's overrides (the next page
+  // with more); quiet keeps the message of the change that asked for it.
+  async function listOverrides(e, more, quiet) {
     if (e) e.preventDefault();
     const domain = $("ovr-domain").value.trim();
     if (!domain) return;
@@ -280,7 +283,7 @@
     }
     ovrAfter = list.length ? list[list.length - 1].key : "";
     $("ovr-more").hidden = list.length < 100;
-    message(list.length ? "" : "No overrides" + (more ? " more." : " in " + domain + "."), false);
+    if (!quiet) message(list.length ? "" : "No overrides" + (more ? " more." : " in " + domain + "."), false);
   }
 
   function editOverride(o) {
@@ -312,18 +315,23 @@
     const r = await api("/v1/overrides/" + encodeURIComponent(domain) + "/" + encodeURIComponent(key), { method: "PUT", body: body });
     if (!r.ok) { message(errorText(r), true); return; }
     message("Set " + key + " in " + domain + ".", false);
-    listOverrides(null, false);
+    listOverrides(null, false, true);
   }
 
   async function deleteOverride(domain, key) {
     const r = await api("/v1/overrides/" + encodeURIComponent(domain) + "/" + encodeURIComponent(key), { method: "DELETE" });
     if (!r.ok) { message(errorText(r), true); return; }
     message("Deleted " + key + ".", false);
-    listOverrides(null, false);
+    listOverrides(null, false, true);
   }
 
   // --- start --------------------------------------------------------------
-  window.floodgate = { api: api, el: el, last: null };
+  // plotted sums what each rule's chart holds, by outcome (for tests and the console)
+  function plotted() {
+    return [...rules.values()].map((r) => ({ domain: r.domain, rule: r.rule, points: r.t.length,
+      sums: Object.fromEntries(outcomes.map((o, i) => [o, r.plot ? r.plot.data[i + 1].reduce((a, b) => a + (b || 0), 0) : 0])) }));
+  }
+  window.floodgate = { api: api, el: el, last: null, plotted: plotted };
   $("rule-filter").addEventListener("change", drawCharts);
   $("inspect-form").addEventListener("submit", inspect);
   $("reset-button").addEventListener("click", reset);
