@@ -12,51 +12,11 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// chromiumPath is Debian's headless-capable Chromium (.ci/run installs it).
-const chromiumPath = "/usr/bin/chromium"
-
-// newBrowser starts a headless Chromium for the test (closed when it
-// ends) and returns a tab's context. Without Chromium the test is skipped,
-// unless FLOODGATE_REQUIRE_CHROMIUM=1 (CI) makes that a failure.
-func newBrowser(t *testing.T) context.Context {
+// readPage runs one action of the page that returns a value, in at most
+// a minute (steps' bound: a page that never shows it fails, not hangs).
+func readPage[T any](t *testing.T, ctx context.Context, what string, action chromedp.Action[T]) T {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("FLOODGATE_REQUIRE_CHROMIUM") == "1" {
-			t.Fatalf("no Chromium at %s", chromiumPath)
-		}
-		t.Skipf("no Chromium at %s", chromiumPath)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.NoSandbox, // root in a container has no user namespace for the sandbox
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1600),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // the browser started
-		t.Fatalf("starting Chromium: %v", err)
-	}
-	return ctx
-}
-
-// browse runs actions in the tab, bounded so that a page that never shows
-// what is awaited fails the test instead of hanging it (not a budget: a
-// healthy run takes a few seconds).
-func browse(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// read runs one action that returns a value, bounded as browse's.
-func read[T any](t *testing.T, ctx context.Context, what string, action chromedp.Action[T]) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	v, err := chromedp.Run(ctx, action)
 	if err != nil {
@@ -70,11 +30,11 @@ func read[T any](t *testing.T, ctx context.Context, what string, action chromedp
 // computed here by hand, for the rules pasted and the live ones; a file
 // with an error shows whatif.yaml:LINE.
 func TestDashboardWhatIfPanel(t *testing.T) {
-	const token = "whatif-dash-token-0123456789abcdef"
-	ctx := newBrowser(t)
+	ctx := browser(t)
+	shots := artifacts(t)
 	dir := t.TempDir()
 	writeRules(t, dir, "wi.yaml", whatIfLiveRules)
-	s := startServer(t, "--rules", dir, "--admin-token", token)
+	s := startServer(t, "--rules", dir, "--admin-token", strongToken)
 	clearOfWindowEnd(t, 24*time.Hour, time.Minute) // every request in one day's window
 	day := time.Now().Truncate(24 * time.Hour)
 	traffic := genWhatIfTraffic(2, 90)
@@ -86,32 +46,29 @@ func TestDashboardWhatIfPanel(t *testing.T) {
 	cur, curRefused := replayFixed(traffic, liveRule)
 
 	base := "http://" + s.admin + "/dashboard/"
-	browse(t, ctx, "logging in",
-		chromedp.Navigate(base),
-		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), token),
-		chromedp.Click(chromedp.ID("login")),
-		chromedp.WaitVisible(chromedp.ID("whatif-run")),
-	)
+	if err := steps(ctx, chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), strongToken), chromedp.Click(chromedp.CSS("#login"))); err != nil {
+		t.Fatalf("logging in: %v", err)
+	}
+	poll(t, ctx, "the what-if panel", `!!document.getElementById("whatif-run") && document.getElementById("whatif").offsetParent !== null`)
 	run := func(n int, yaml string) {
 		t.Helper()
-		browse(t, ctx, "running a what-if",
-			chromedp.SetValue(chromedp.ID("whatif-rules"), yaml),
-			chromedp.Click(chromedp.ID("whatif-run")),
-			chromedp.WaitReady(chromedp.CSS(`#whatif[data-runs="`+strconv.Itoa(n)+`"]`)),
-		)
+		if err := steps(ctx, chromedp.SetValue(chromedp.ID("whatif-rules"), yaml), chromedp.Click(chromedp.ID("whatif-run"))); err != nil {
+			t.Fatalf("running a what-if: %v", err)
+		}
+		poll(t, ctx, "the what-if's answer", `document.getElementById("whatif").dataset.runs === "`+strconv.Itoa(n)+`"`)
 	}
 	run(1, whatIfCandidateRules)
 	// the panel's numbers, read from the page
 	counts := func(table string, want map[string]ruleCounts, wantRefused int) {
 		t.Helper()
-		refused := read(t, ctx, "reading "+table, chromedp.Text(chromedp.CSS("#"+table+" .requests-refused")))
+		refused := readPage(t, ctx, "reading "+table, chromedp.Text(chromedp.CSS("#"+table+" .requests-refused")))
 		if refused != strconv.Itoa(wantRefused) {
 			t.Errorf("%s: %s requests refused, want %d", table, refused, wantRefused)
 		}
 		for name, w := range want {
 			for k, wantN := range map[string]int64{"matched": w.Matched, "allowed": w.Allowed, "refused": w.Refused, "shadow_refused": w.ShadowRefused} {
-				got := read(t, ctx, "reading "+name, chromedp.Text(chromedp.CSS(`#`+table+` tr[data-rule="`+name+`"] td[data-count="`+k+`"]`)))
+				got := readPage(t, ctx, "reading "+name, chromedp.Text(chromedp.CSS(`#`+table+` tr[data-rule="`+name+`"] td[data-count="`+k+`"]`)))
 				if got != strconv.FormatInt(wantN, 10) {
 					t.Errorf("%s: %s %s = %s, want %d", table, name, k, got, wantN)
 				}
@@ -120,19 +77,21 @@ func TestDashboardWhatIfPanel(t *testing.T) {
 	}
 	counts("whatif-candidate", cand, candRefused)
 	counts("whatif-current", cur, curRefused)
-	browse(t, ctx, "scrolling", chromedp.ScrollIntoView(chromedp.ID("whatif")))
-	shot := read(t, ctx, "a screenshot", chromedp.Screenshot(chromedp.ID("whatif")))
-	if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "whatif-panel.png"), shot, 0o644); err != nil {
+	if err := steps(ctx, chromedp.ScrollIntoView(chromedp.ID("whatif"))); err != nil {
+		t.Fatal(err)
+	}
+	shot := readPage(t, ctx, "a screenshot", chromedp.Screenshot(chromedp.ID("whatif")))
+	if err := os.WriteFile(filepath.Join(shots, "whatif.png"), shot, 0o644); err != nil {
 		t.Error(err)
 	}
 
 	bad := strings.Replace(whatIfCandidateRules, "requests_per_unit: 2}", "requests_per_unit: two}", 1)
 	run(2, bad)
-	errText := read(t, ctx, "reading the errors", chromedp.Text(chromedp.CSS("#whatif-errors li")))
+	errText := readPage(t, ctx, "reading the errors", chromedp.Text(chromedp.CSS("#whatif-errors li")))
 	if !strings.HasPrefix(errText, "whatif.yaml:8: ") {
 		t.Errorf("the error shown: %q, want whatif.yaml:8: …", errText)
 	}
-	left := read(t, ctx, "the result cleared", chromedp.Evaluate[int](`document.querySelectorAll("#whatif-result table").length`))
+	left := readPage(t, ctx, "the result cleared", chromedp.Evaluate[int](`document.querySelectorAll("#whatif-result table").length`))
 	if left != 0 {
 		t.Errorf("a failed run left %d result tables shown", left)
 	}
