@@ -87,7 +87,7 @@ type whatIfRule struct {
 // over the same, each on a fresh memory store of its own on a manual clock.
 func (s *Service) adminWhatIf(w http.ResponseWriter, r *http.Request) {
 	if s.reqLog == nil {
-		httpError(w, http.StatusConflict, "what-if: requests are not recorded (serve --record-window 0); nothing to replay")
+		httpError(w, http.StatusConflict, "what-if: this server records no requests (serve --record-window 0, or floodgate proxy, whose requests go through its gate); nothing to replay")
 		return
 	}
 	d, err := s.whatIfMinutes(r.URL.Query().Get("minutes"))

@@ -140,7 +140,8 @@ func postWhatIf(t *testing.T, url, token, query, body string) (int, string) {
 // they were: nothing the replay decided was charged to them.
 func TestWhatIfMatchesIndependentReplay(t *testing.T) {
 	const token = "whatif-test-token-0123456789abcdef"
-	e := newEnv(t, service.Options{Record: service.RecordOptions{Window: 5 * time.Minute}}, whatIfLive)
+	metrics := service.NewMetrics()
+	e := newEnv(t, service.Options{Record: service.RecordOptions{Window: 5 * time.Minute}, Metrics: metrics, RecordDecisions: true}, whatIfLive)
 	client := rlsv3.NewRateLimitServiceClient(dialGRPC(t, e.serveGRPC(t)))
 	admin := httptest.NewServer(e.svc.AdminHandler(token))
 	t.Cleanup(admin.Close)
@@ -175,6 +176,7 @@ func TestWhatIfMatchesIndependentReplay(t *testing.T) {
 		return out
 	}
 	before := live(values...)
+	metricsBefore := fmt.Sprint(gatherSeries(t, metrics, "floodgate_decisions_total"))
 
 	for _, minutes := range []float64{5, 1.5} {
 		t.Run(fmt.Sprint(minutes), func(t *testing.T) {
@@ -244,6 +246,10 @@ func TestWhatIfMatchesIndependentReplay(t *testing.T) {
 	if after := live(values...); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("the what-if changed live keys:\nbefore %v\nafter  %v", before, after)
 	}
+	// nor counted its decisions as the service's
+	if after := fmt.Sprint(gatherSeries(t, metrics, "floodgate_decisions_total")); after != metricsBefore {
+		t.Errorf("the what-if changed the decisions metric:\nbefore %s\nafter  %s", metricsBefore, after)
+	}
 }
 
 func adminCallAuth(t *testing.T, url, token, method, path, body string) (int, string) {
@@ -310,7 +316,7 @@ func TestWhatIfRefusesBadInput(t *testing.T) {
 	offAdmin := httptest.NewServer(off.svc.AdminHandler(""))
 	t.Cleanup(offAdmin.Close)
 	off.ask(t, reqOf("wi", d("user", "a")))
-	if code, body := postWhatIf(t, offAdmin.URL, "", "", whatIfCandidate); code != 409 || !strings.Contains(body, "not recorded") {
+	if code, body := postWhatIf(t, offAdmin.URL, "", "", whatIfCandidate); code != 409 || !strings.Contains(body, "records no requests") {
 		t.Errorf("recording off: %d %s", code, body)
 	}
 }
