@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -46,6 +47,13 @@ descriptors:
 
 func benchService(b *testing.B, store floodgate.Store) *service.Service {
 	b.Helper()
+	return benchServiceWith(b, store, false)
+}
+
+// benchServiceWith is benchService, recording decisions for the dashboard
+// when record is set.
+func benchServiceWith(b *testing.B, store floodgate.Store, record bool) *service.Service {
+	b.Helper()
 	d, err := rules.Parse("bench.yaml", []byte(benchRules))
 	if err != nil {
 		b.Fatal(err)
@@ -60,7 +68,8 @@ func benchService(b *testing.B, store floodgate.Store) *service.Service {
 	}
 	cache := overrides.NewCache(bolt, 1<<16, 0)
 	b.Cleanup(func() { cache.Close() })
-	return service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: 50 * time.Millisecond, Metrics: service.NewMetrics()})
+	return service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: 50 * time.Millisecond, Metrics: service.NewMetrics(),
+		RecordDecisions: record})
 }
 
 func benchStore(b *testing.B, kind string) floodgate.Store {
@@ -123,6 +132,65 @@ func BenchmarkDecide(b *testing.B) {
 			})
 			b.StopTimer()
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkDashboard is BenchmarkDecide on the memory store with the
+// dashboard's recorder off, on, and on with a dashboard open (sampled and
+// read, with the top keys, every 100ms: 20 times the page's rate). Run the
+// three interleaved, several rounds (docs/BENCHMARKS.md):
+//
+//	go test -run '^$' -bench 'Dashboard' -benchtime 2s -count 3 ./service
+func BenchmarkDashboard(b *testing.B) {
+	for _, mode := range []string{"off", "on", "open"} {
+		b.Run(mode, func(b *testing.B) {
+			svc := benchServiceWith(b, benchStore(b, "memory"), mode != "off")
+			reqs := benchRequests()
+			ctx := context.Background()
+			for _, r := range reqs {
+				if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			if mode == "open" {
+				wg.Go(func() {
+					t := time.NewTicker(100 * time.Millisecond)
+					defer t.Stop()
+					var since int64
+					for sec := int64(1); ; sec++ {
+						select {
+						case <-done:
+							return
+						case <-t.C:
+						}
+						svc.Recorder().Sample(sec)
+						_, _, since = svc.Recorder().Since(since)
+						svc.TopLimited("", "", 10)
+					}
+				})
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(7919)
+				for pb.Next() {
+					i++
+					if _, err := svc.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			close(done)
+			wg.Wait()
 		})
 	}
 }

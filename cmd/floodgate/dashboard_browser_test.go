@@ -293,3 +293,46 @@ func TestDashboardInBrowser(t *testing.T) {
 	eval[bool](t, ctx, `(() => { document.querySelector('#ovr-table tr[data-key="user=vip"] button.danger').click(); return true; })()`)
 	poll(t, ctx, "the override deleted", `document.querySelector("#ovr-message").textContent.startsWith("Deleted") && !document.querySelector('#ovr-table tr[data-key="user=vip"]')`)
 }
+
+// pageLoad is what the browser's performance timing says of one load.
+type pageLoad struct {
+	DOMContentLoaded float64 `json:"dcl"`   // ms from the navigation's start
+	Load             float64 `json:"load"`  // ms: the load event's end
+	Ready            float64 `json:"ready"` // ms: the first snapshot drawn
+	Bytes            int     `json:"bytes"` // bytes transferred: the page and its assets
+	Requests         int     `json:"requests"`
+}
+
+// TestDashboardPageLoad measures the page from a cold binary: a fresh
+// `floodgate serve`, a fresh browser profile (no cache), three times; it
+// logs the times and checks the payload stays under 150 KB (what the page
+// downloads does not depend on the host's load; its times do, so they are
+// reported, not asserted). docs/BENCHMARKS.md quotes it, run with the
+// binary built without -race:
+//
+//	FLOODGATE_TEST_NORACE=1 go test -count=1 -run TestDashboardPageLoad -v ./cmd/floodgate/
+func TestDashboardPageLoad(t *testing.T) {
+	chromiumPath(t)
+	for round := range 3 {
+		dir := t.TempDir()
+		writeRules(t, dir, "web.yaml", dashRules)
+		s := startServer(t, "--rules", dir, "--data", t.TempDir())
+		ctx := browser(t)
+		start := time.Now()
+		if err := steps(ctx, chromedp.Navigate("http://"+s.admin+"/dashboard/")); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, ctx, "the first snapshot", `document.body.dataset.ready === "1"`)
+		wall := time.Since(start)
+		pl := eval[pageLoad](t, ctx, `(() => { const n = performance.getEntriesByType("navigation")[0];
+			const rs = performance.getEntriesByType("resource").filter(r => !r.name.endsWith("/events"));
+			return { dcl: n.domContentLoadedEventEnd, load: n.loadEventEnd, ready: window.floodgate.readyAt,
+				bytes: n.transferSize + rs.reduce((a, r) => a + r.transferSize, 0), requests: 1 + rs.length }; })()`)
+		t.Logf("round %d: DOMContentLoaded %.0f ms, load %.0f ms, first snapshot drawn %.0f ms (navigate to drawn, from Go: %v); %d requests, %d bytes",
+			round, pl.DOMContentLoaded, pl.Load, pl.Ready, wall.Round(time.Millisecond), pl.Requests, pl.Bytes)
+		if pl.Bytes > 150<<10 || pl.Bytes == 0 {
+			t.Errorf("the page and its assets: %d bytes, want at most 150 KB", pl.Bytes)
+		}
+		s.stop(t)
+	}
+}

@@ -199,7 +199,7 @@
     drawTop(snap.top);
     drawHealth(snap.health || {});
     drawRules(snap.rules);
-    if (!gotFirst) { gotFirst = true; document.body.dataset.ready = "1"; }
+    if (!gotFirst) { gotFirst = true; document.body.dataset.ready = "1"; window.floodgate.readyAt = performance.now(); }
     document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
     window.floodgate.last = snap;
   }
