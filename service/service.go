@@ -94,8 +94,8 @@ type Service struct {
 
 	lastLog atomic.Int64
 
-	reqLog *requestLog   // the requests recorded for what-ifs; nil: recording off
-	whatIf chan struct{} // one what-if at a time
+	reqLog  *requestLog        // the requests recorded for what-ifs; nil: recording off
+	whatIf  chan struct{}      // one what-if at a time
 	limited limitedKeys        // the top limited keys per rule (GET /v1/top)
 	rec     *recorder.Recorder // nil unless Options.RecordDecisions
 	own     sync.Map           // domain → *recorder.Counters: requests' own limits
