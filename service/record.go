@@ -131,6 +131,9 @@ func newRequestLog(o RecordOptions) *requestLog {
 func (s *Service) record(cfg *rules.Config, req *rlsv3.RateLimitRequest) {
 	n := 0
 	for _, d := range req.Descriptors {
+		if len(d.GetEntries()) > MaxEntries {
+			return // refused as malformed: nothing a replay could decide, and no room taken
+		}
 		n += len(d.GetEntries())
 	}
 	entries := make([]rules.Entry, 0, n)

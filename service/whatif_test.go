@@ -353,9 +353,17 @@ func TestWhatIfRecorderCaps(t *testing.T) {
 	if r := got.Candidate.Rules[0]; r.Matched != 10 || r.Allowed+r.Refused != 10 {
 		t.Errorf("capped counts: %+v", r)
 	}
-	// two minutes later the recording holds none of them
+	// two minutes later the recording holds none of them; a request
+	// refused as malformed (too many entries) takes no room
 	e.clk.Advance(2 * time.Minute)
 	e.ask(t, reqOf("wi", d("user", "b")))
+	var many []string
+	for i := range service.MaxEntries + 1 {
+		many = append(many, fmt.Sprint("k", i), "v")
+	}
+	if _, err := e.svc.ShouldRateLimit(t.Context(), reqOf("wi", d(many...))); err == nil {
+		t.Fatal("33 entries taken")
+	}
 	_, body = postWhatIf(t, admin.URL, "", "", whatIfCandidate)
 	if err := json.Unmarshal([]byte(body), &got); err != nil || got.Window.Requests != 1 || got.Window.Truncated {
 		t.Errorf("after the window: %v %s", err, body)
