@@ -15,9 +15,9 @@ import (
 
 // Recording's defaults and bounds (Options.Record).
 const (
-	DefaultRecordWindow     = 5 * time.Minute
-	DefaultRecordMaxEntries = 200_000
-	DefaultRecordMaxBytes   = 64 << 20
+	DefaultRecordWindow     = 5 * time.Minute // serve's --record-window
+	DefaultRecordMaxEntries = 200_000         // RecordOptions.MaxEntries's default
+	DefaultRecordMaxBytes   = 64 << 20        // RecordOptions.MaxBytes's default
 	// MaxRecordWindow bounds Record.Window: a what-if replays at most
 	// this much of the past.
 	MaxRecordWindow = time.Hour
