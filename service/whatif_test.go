@@ -13,6 +13,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate/floodgate/internal/refmodel"
 	"github.com/floodgate/floodgate/service"
 )
 
@@ -403,5 +404,54 @@ func TestWhatIfStopsAtTheAdminTimeout(t *testing.T) {
 	code, body := postWhatIf(t, admin.URL, "", "", whatIfCandidate)
 	if code != 200 || !strings.Contains(body, `"complete": false`) || !strings.Contains(body, `"replayed": 0`) || !strings.Contains(body, "ran out of time") {
 		t.Errorf("%d %s", code, body)
+	}
+}
+
+// A token bucket refills by the microsecond: the what-if's counts are
+// those of internal/refmodel's bucket (exact rationals, written apart from
+// the engine) fed the requests at the times they were sent, which holds
+// only if the replay decides each request at its recorded time.
+func TestWhatIfTokenBucketMatchesRefModel(t *testing.T) {
+	e := newEnv(t, service.Options{Record: service.RecordOptions{Window: 5 * time.Minute}}, whatIfLive)
+	client := rlsv3.NewRateLimitServiceClient(dialGRPC(t, e.serveGRPC(t)))
+	admin := httptest.NewServer(e.svc.AdminHandler(""))
+	t.Cleanup(admin.Close)
+	const bucket = `domain: wi
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 30, burst: 5, algorithm: token_bucket}
+`
+	spec := []refmodel.Spec{{Kind: refmodel.TokenBucket, Limit: 30, Period: time.Minute.Microseconds(), Burst: 5}}
+	keys := map[string]*refmodel.Key{}
+	var want whatIfCounts
+	rng := rand.New(rand.NewPCG(22, 9))
+	for range 400 {
+		e.clk.Advance(time.Duration(rng.IntN(4000)+1) * time.Millisecond / 7)
+		v, hits := fmt.Sprint("u", rng.IntN(3)), int64(rng.IntN(3)+1)
+		req := &rlsv3.RateLimitRequest{Domain: "wi", Descriptors: []*rlcommon.RateLimitDescriptor{d("user", v)}, HitsAddend: uint32(hits)}
+		if _, err := client.ShouldRateLimit(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		if keys[v] == nil {
+			keys[v] = refmodel.NewKey(spec)
+		}
+		want.Matched++
+		if keys[v].Do(e.clk.NowMicro(), refmodel.Allow, hits, 0, 0).Allowed {
+			want.Allowed++
+		} else {
+			want.Refused++
+		}
+	}
+	code, body := postWhatIf(t, admin.URL, "", "", bucket)
+	var got whatIfJSON
+	if err := json.Unmarshal([]byte(body), &got); err != nil || code != 200 {
+		t.Fatalf("%d %v %s", code, err, body)
+	}
+	r := got.Candidate.Rules[0]
+	if g := (whatIfCounts{r.Matched, r.Allowed, r.Refused, r.ShadowRefused}); g != want || got.Candidate.RequestsRefused != int(want.Refused) {
+		t.Errorf("token bucket: %+v (%d requests refused), want %+v", g, got.Candidate.RequestsRefused, want)
+	}
+	if want.Refused == 0 || want.Allowed == 0 {
+		t.Fatalf("the traffic tests nothing: %+v", want)
 	}
 }
