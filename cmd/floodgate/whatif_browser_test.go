@@ -34,7 +34,7 @@ func TestDashboardWhatIfPanel(t *testing.T) {
 	shots := artifacts(t)
 	dir := t.TempDir()
 	writeRules(t, dir, "wi.yaml", whatIfLiveRules)
-	s := startServer(t, "--rules", dir, "--admin-token", strongToken)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--admin-token", strongToken)
 	clearOfWindowEnd(t, 24*time.Hour, time.Minute) // every request in one day's window
 	day := time.Now().Truncate(24 * time.Hour)
 	traffic := genWhatIfTraffic(2, 90)

@@ -151,7 +151,7 @@ func TestServeWhatIf(t *testing.T) {
 	const token = "whatif-serve-token-0123456789abcdef"
 	dir := t.TempDir()
 	writeRules(t, dir, "wi.yaml", whatIfLiveRules)
-	s := startServer(t, "--rules", dir, "--admin-token", token)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--admin-token", token)
 	clearOfWindowEnd(t, 24*time.Hour, time.Minute) // every request in one day's window
 	day := time.Now().Truncate(24 * time.Hour)
 	traffic := genWhatIfTraffic(1, 120)
@@ -225,7 +225,7 @@ func TestServeWhatIf(t *testing.T) {
 func TestServeWhatIfRecordingOff(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "wi.yaml", whatIfLiveRules)
-	s := startServer(t, "--rules", dir, "--record-window", "0")
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--record-window", "0")
 	s.ask(t, "wi", desc("user", "a"))
 	if code, body := adminPost(t, "http://"+s.admin+"/v1/whatif", "", whatIfCandidateRules); code != 409 {
 		t.Errorf("recording off: %d %s", code, body)
