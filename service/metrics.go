@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/recorder"
 	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -63,9 +64,11 @@ type domainSeries struct {
 
 var requestCodes = [...]string{"ok", "over_limit", "error"}
 
-// limitSeries are a limit's decision counters, by outcome.
+// limitSeries are a limit's decision counters, by outcome, and its
+// counters in the service's recorder (found with the same lookup).
 type limitSeries struct {
 	outcomes [8]atomic.Pointer[prometheus.Counter]
+	rec      atomic.Pointer[recorder.Counters]
 }
 
 var decisionOutcomes = [...]string{"ok", "over_limit", "shadow_over_limit", "quota_over_limit",
@@ -198,7 +201,9 @@ func (m *Metrics) domain(domain string) *domainSeries {
 	return v.(*domainSeries)
 }
 
-func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, key, statKey string, d *floodgate.Decision) {
+// observeDecision counts a decision, and returns its limit's series (nil
+// for a request's own limit).
+func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, key, statKey string, d *floodgate.Decision) (ls *limitSeries) {
 	outcome := 0 // ok
 	if !d.Allowed {
 		outcome = 1 // over_limit
@@ -217,7 +222,7 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		// name ("11/1s") the caller chooses, so one series for them all
 		m.counter(m.decisions, domain, requestLimitRule, decisionOutcomes[outcome]).Inc()
 	} else {
-		ls := m.limit(l)
+		ls = m.limit(l)
 		cp := ls.outcomes[outcome].Load()
 		if cp == nil {
 			c := m.counter(m.decisions, domain, l.Name, decisionOutcomes[outcome])
@@ -238,6 +243,7 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		// wrote them all out again)
 		m.detailed.add(domain, l.Name, decide.BoundKey(statKey), d.Allowed)
 	}
+	return ls
 }
 
 // limit returns l's decision series. A limit belongs to one domain, so its

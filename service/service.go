@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/internal/recorder"
+	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -96,7 +97,7 @@ type Service struct {
 
 	reqLog  *requestLog        // the requests recorded for what-ifs; nil: recording off
 	whatIf  chan struct{}      // one what-if at a time
-	limited limitedKeys        // the top limited keys per rule (GET /v1/top)
+	limited *topk.Rules        // the top limited keys per rule (GET /v1/top)
 	rec     *recorder.Recorder // nil unless Options.RecordDecisions
 	own     sync.Map           // domain → *recorder.Counters: requests' own limits
 }
@@ -120,6 +121,7 @@ func New(cfg *rules.Config, opts Options) *Service {
 		Logger:             opts.Logger,
 	})}
 	s.reqLog, s.whatIf = newRequestLog(opts.Record), make(chan struct{}, 1)
+	s.limited = newLimited()
 	if opts.RecordDecisions {
 		s.rec = recorder.New()
 	}
@@ -136,7 +138,7 @@ func (s *Service) Recorder() *recorder.Recorder { return s.rec }
 // no longer live are dropped.
 func (s *Service) SetRules(cfg *rules.Config) {
 	s.rules.Store(cfg)
-	s.limited.prune(cfg)
+	pruneLimited(s.limited, cfg)
 }
 
 // Rules returns the live rules.
@@ -164,15 +166,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.Decide(ctx, req)
+	if s.rec == nil && s.opts.Metrics == nil {
+		return resp, err
+	}
+	took := time.Since(start)
 	if s.rec != nil && err == nil {
-		s.rec.ObserveLatency(time.Since(start))
+		s.rec.ObserveLatency(took)
 	}
 	if s.opts.Metrics != nil {
 		domain := req.GetDomain()
 		if cfg := s.rules.Load(); cfg == nil || cfg.Domain(domain) == nil {
 			domain = "_unknown" // callers choose domains: no series per garbage
 		}
-		s.opts.Metrics.observeRequest(domain, resp, err, time.Since(start))
+		s.opts.Metrics.observeRequest(domain, resp, err, took)
 	}
 	return resp, err
 }
@@ -323,15 +329,30 @@ func (s *Service) status(req *rlsv3.RateLimitRequest, i int, r *decide.Result, p
 // observeDecision counts a decided result: in the metrics, and, over the
 // limit, in the top limited keys.
 func (s *Service) observeDecision(domain string, r *decide.Result) {
+	var ls *limitSeries
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
+		ls = s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
 	}
 	if !r.Decision.Allowed {
-		s.limited.add(domain, ruleName(r.Limit), r.Key)
+		s.limited.Add(topk.RuleID{Domain: domain, Rule: ruleName(r.Limit)}, r.Key)
 	}
 	if s.rec != nil {
-		s.counters(domain, r.Limit).Record(r.Decision.Allowed, r.Shadow || r.Limit.QuotaMode, r.Decision.Degraded, r.Decision.Excess)
+		s.recCounters(domain, r.Limit, ls).Record(r.Decision.Allowed, r.Shadow || r.Limit.QuotaMode, r.Decision.Degraded, r.Decision.Excess)
 	}
+}
+
+// recCounters are l's counters in the recorder: kept in its metrics
+// series ls when it has one (one lookup for both), else found by counters.
+func (s *Service) recCounters(domain string, l *rules.Limit, ls *limitSeries) *recorder.Counters {
+	if ls == nil {
+		return s.counters(domain, l)
+	}
+	c := ls.rec.Load()
+	if c == nil || c.Dropped() {
+		c = s.counters(domain, l)
+		ls.rec.Store(c)
+	}
+	return c
 }
 
 // counters are l's decision counters in the recorder: found by the

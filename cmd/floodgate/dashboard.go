@@ -6,8 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/internal/dashboard"
+	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/internal/recorder"
+	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
@@ -144,3 +147,67 @@ func dashboardLimits(cfg *rules.Config) []dashboard.Limit {
 }
 
 var _ http.Handler = (*dashboard.Dashboard)(nil)
+
+// proxyDashboard is what floodgate proxy keeps for its dashboard: the
+// decisions of its http routes per second and their top limited keys.
+// Its dashboard shows those and the store's health; the key inspector,
+// the overrides editor and the rules panel are serve's.
+type proxyDashboard struct {
+	rec     *recorder.Recorder
+	limited *topk.Rules
+	store   any
+	ready   service.Readiness
+}
+
+// newProxyDashboard returns the proxy's recorder and summaries, nil with
+// --no-dashboard.
+func newProxyDashboard(c *proxyConfig, st *openedStore) *proxyDashboard {
+	if c.noDashboard {
+		return nil
+	}
+	return &proxyDashboard{rec: recorder.New(), limited: topk.NewRules(service.LimitedSlots, service.LimitedRules), store: st.store, ready: st.ready}
+}
+
+// onVerdict counts a gate verdict's decided outcomes (internal/proxy's
+// Config.OnVerdict): per route, allowed, refused (over the limit, or
+// banned), shadow-refused, degraded, warned; and the keys over a limit.
+func (pd *proxyDashboard) onVerdict(v *gate.Verdict) {
+	for i := range v.Outcomes {
+		o := &v.Outcomes[i]
+		if !o.Decided() && !o.Banned {
+			continue
+		}
+		refused := o.Over || o.Banned
+		shadow := !refused && !o.Decision.Allowed
+		id := recorder.ID{Domain: o.Limit.Domain, Rule: o.Limit.Name}
+		pd.rec.For(o.Limit, id).Record(!refused && !shadow, shadow, o.Decision.Degraded, o.Decision.Excess)
+		if refused || shadow {
+			pd.limited.Add(topk.RuleID{Domain: id.Domain, Rule: id.Rule}, decide.BoundKey(o.Key))
+		}
+	}
+}
+
+// prune drops the top keys of routes a reload removed.
+func (pd *proxyDashboard) prune(cfg *rules.Config) {
+	limits, err := gate.FromRules(cfg)
+	if err != nil {
+		return
+	}
+	live := map[topk.RuleID]bool{}
+	for _, l := range limits {
+		live[topk.RuleID{Domain: l.Domain, Rule: l.Name}] = true
+	}
+	pd.limited.Prune(func(id topk.RuleID) bool { return live[id] })
+}
+
+func (pd *proxyDashboard) Series(since int64) ([]recorder.Series, recorder.Latency, int64) {
+	return pd.rec.Since(since)
+}
+
+func (pd *proxyDashboard) Top(n int) []service.TopRule {
+	return service.TopRules(pd.limited, "", "", n)
+}
+
+func (pd *proxyDashboard) Health() dashboard.Health { return storeHealth(pd.store, pd.ready) }
+
+func (pd *proxyDashboard) Rules() *dashboard.Rules { return nil }

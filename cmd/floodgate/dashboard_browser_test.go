@@ -241,6 +241,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	poll(t, ctx, "the rules panel", `document.querySelector("#rules-table").innerText.includes("web.yaml:4") && document.querySelector("#reload-result").innerText.includes("ok")`)
 	poll(t, ctx, "the store's health", `document.querySelector("#health-list").innerText.includes("memory")`)
 	shoot(t, ctx, shots, "dashboard")
+	if path := os.Getenv("FLOODGATE_DOCS_SCREENSHOT"); path != "" {
+		// docs/dashboard.png: 45 seconds of history on the chart
+		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](`window.floodgate.plotted().some(r => r.rule === "web.user" && r.points >= 45)`,
+			chromedp.WithPollingTimeout(2*time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// inspect: the flooding key is out of requests; reset gives them back
 	close(stop)

@@ -4,12 +4,18 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/dashboard"
+	"github.com/floodgate/floodgate/internal/recorder"
 )
 
 // dashboardRoutes are the dashboard's routes, each as a client calls it.
@@ -41,12 +47,13 @@ func call(t *testing.T, c *http.Client, method, u, body string, hdr map[string]s
 	if resp.Header.Get("Content-Type") == "text/event-stream" {
 		r := bufio.NewReader(resp.Body)
 		var b strings.Builder
-		for !strings.Contains(b.String(), "event: snapshot") {
+		for snap := false; ; {
 			line, err := r.ReadString('\n')
 			b.WriteString(line)
-			if err != nil {
+			if err != nil || snap && strings.HasPrefix(line, "data: ") {
 				break
 			}
+			snap = snap || line == "event: snapshot\n"
 		}
 		return resp.StatusCode, b.String()
 	}
@@ -127,5 +134,96 @@ func TestNoDashboard(t *testing.T) {
 	}
 	if code, _ := call(t, c, "GET", "http://"+s.admin+"/v1/rules", "", nil); code != 200 {
 		t.Errorf("/v1/rules with --no-dashboard: %d", code)
+	}
+}
+
+// TestProxyDashboard: floodgate proxy serves the dashboard on its admin
+// listener with the panels whose data it has: decisions per route, their
+// top limited keys, the store's health; every route needs the token.
+func TestProxyDashboard(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", proxyRules)
+	p := startProxy(t, up.URL, dir, "--admin-token", strongToken)
+	base := "http://" + p.addrs["proxy"]
+	for range 8 {
+		proxyGet(t, base+"/keyed/x", "X-API-Key", "flooder") // 3 passed, 5 refused
+	}
+	for i := range 3 {
+		proxyGet(t, base+"/keyed/x", "X-API-Key", fmt.Sprint("light", i))
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	admin := "http://" + p.addrs["admin"]
+	for _, rt := range dashboardRoutes {
+		if code, _ := call(t, c, rt.method, admin+rt.path, rt.body, map[string]string{"X-Floodgate-Dashboard": "1"}); code != 401 {
+			t.Errorf("proxy %s %s without the token: %d, want 401", rt.method, rt.path, code)
+		}
+	}
+	auth := map[string]string{"Authorization": "Bearer " + strongToken}
+	if code, body := call(t, c, "GET", admin+"/dashboard/", "", auth); code != 200 || !strings.Contains(body, `id="whatif"`) {
+		t.Fatalf("proxy page: %d", code)
+	}
+	// snapshots until one holds the refusals (a sample a second)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body := call(t, c, "GET", admin+"/dashboard/events", "", auth)
+		if code != 200 {
+			t.Fatalf("proxy events: %d %s", code, body)
+		}
+		_, data, _ := strings.Cut(body, "data: ")
+		var snap dashboard.Snapshot
+		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &snap); err != nil {
+			t.Fatalf("snapshot %q: %v", data, err)
+		}
+		var refused, allowed uint64
+		for _, s := range snap.Series {
+			if s.Rule == "edge/per-key" {
+				refused, allowed = s.Total[recorder.Refused], s.Total[recorder.Allowed]
+			}
+		}
+		top := ""
+		for _, r := range snap.Top {
+			if r.Rule == "edge/per-key" && len(r.Keys) > 0 {
+				top = fmt.Sprintf("%s %d", r.Keys[0].Key, r.Keys[0].Count)
+			}
+		}
+		if refused == 5 && allowed == 6 && top == "flooder 5" {
+			if snap.Server != "proxy" || snap.Panels.Admin || snap.Rules != nil || snap.Health.Store != "memory" {
+				t.Errorf("proxy snapshot: server %q panels %+v rules %v health %+v", snap.Server, snap.Panels, snap.Rules, snap.Health)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot with per-key's 6 allowed, 5 refused and flooder on top: %d %d %q; series %+v top %+v", allowed, refused, top, snap.Series, snap.Top)
+		}
+	}
+}
+
+// TestDashboardStreamEndsOnSIGTERM: an open event stream does not hold
+// SIGTERM's drain: the stream ends and serve exits at once, well within a
+// drain timeout of ten minutes (stop fails after 20 s).
+func TestDashboardStreamEndsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir(), "--drain-timeout", "10m")
+	resp, err := http.Get("http://" + s.admin + "/dashboard/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before its first snapshot: %v", err)
+		}
+		if line == "event: snapshot\n" {
+			break
+		}
+	}
+	s.stop(t)
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Logf("stream: %v", err)
 	}
 }

@@ -38,7 +38,6 @@ type serveConfig struct {
 	allowRequestLimits, xRateLimit bool
 	noRateLimit, shadowMode        bool
 	record                         recordConfig   // the what-if recorder (--record-*)
-	noDashboard                    bool           // no /dashboard/ on the admin listener (dashboard.go)
 	capacity                       capacityConfig // capacity leases (capacity.go)
 }
 
@@ -59,7 +58,6 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", envBool("SHADOW_MODE"), "every limit in shadow mode: decide, count and report, refuse nothing (envoyproxy/ratelimit's SHADOW_MODE) [FLOODGATE_SHADOW_MODE]")
 	c.record.register(fs)
-	fs.BoolVar(&c.noDashboard, "no-dashboard", envBool("NO_DASHBOARD"), "serve no dashboard at /dashboard/ on the admin listener, and record no decision history for it [FLOODGATE_NO_DASHBOARD]")
 	c.capacity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err

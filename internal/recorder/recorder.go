@@ -51,8 +51,14 @@ const (
 
 // Counters are a rule's cumulative decision counts, by outcome.
 type Counters struct {
-	n [NumOutcomes]atomic.Uint64
+	n       [NumOutcomes]atomic.Uint64
+	dropped atomic.Bool // the recorder forgot the rule (idle): find it again
 }
+
+// Dropped reports whether the recorder has forgotten these counters' rule
+// (idle for a whole window, to make room): a caller that keeps counters
+// finds them again with For.
+func (c *Counters) Dropped() bool { return c.dropped.Load() }
 
 // Record counts one decision: allowed or not, whether an over-limit one
 // was only shadowed (shadow or quota mode), made by a failure mode
@@ -112,7 +118,7 @@ func New() *Recorder { return &Recorder{rules: map[ID]*rule{}} }
 // limit's pointer: the caller's handle on the rule, cheap to hash), which
 // must name one rule only.
 func (r *Recorder) For(key any, id ID) *Counters {
-	if c, ok := r.keys.Load(key); ok {
+	if c, ok := r.keys.Load(key); ok && !c.(*Counters).Dropped() {
 		return c.(*Counters)
 	}
 	c := r.counters(id)
@@ -152,6 +158,7 @@ func (r *Recorder) counters(id ID) *Counters {
 func (r *Recorder) dropIdle() {
 	for id, ru := range r.rules {
 		if ru.seen <= r.last-Window && ru.prev == ru.load() {
+			ru.c.dropped.Store(true)
 			delete(r.rules, id)
 		}
 	}

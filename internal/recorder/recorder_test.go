@@ -105,11 +105,19 @@ func TestRulesBounded(t *testing.T) {
 		t.Errorf("other rule kept: %v; %d refusals counted, want %d", other, total, MaxRules+50)
 	}
 	// rules idle for a whole window make room again
+	first := &limit{}
+	old := r.For(first, ID{"d", "r0"})
 	r.Sample(2 + Window + 1)
 	r.For(&limit{}, ID{"d", "new"}).Record(true, false, false, false)
+	if !old.Dropped() {
+		t.Error("an idle rule dropped for room: its counters do not say so")
+	}
+	if c := r.For(first, ID{"d", "r0"}); c == old || c.Dropped() {
+		t.Error("For returns a dropped rule's counters")
+	}
 	r.Sample(2 + Window + 2)
 	series, _, _ = r.Since(0)
-	if len(series) != 1 || series[0].Rule != "new" {
+	if len(series) != 1 || series[0].Rule != "new" { // r0 found again, but without a decision
 		t.Errorf("after the idle rules went: %+v", series)
 	}
 }
@@ -187,6 +195,23 @@ func BenchmarkRecord(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			r.For(l, ID{"d", "a"}).Record(true, false, false, false)
+		}
+	})
+}
+
+// BenchmarkRecordKept is what the service pays a decision: its counters
+// are kept with the limit's metrics series (no lookup), so a check that
+// they were not dropped, the count, and the latency.
+func BenchmarkRecordKept(b *testing.B) {
+	r := New()
+	c := r.For(&limit{}, ID{"d", "a"})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !c.Dropped() {
+				c.Record(true, false, false, false)
+			}
+			r.ObserveLatency(300 * time.Microsecond)
 		}
 	})
 }

@@ -49,6 +49,7 @@
   let lastTime = 0;
 
   function ruleKey(d, r) { return d + "\u0000" + r; }
+  function ruleLabel(d, r) { return d ? d + " / " + r : r; } // a proxy's route may have no domain
 
   function applySeries(snap) {
     outcomes = snap.outcomes || outcomes;
@@ -98,7 +99,7 @@
     for (const r of rules.values()) {
       const visible = shown.includes(r);
       if (!r.box) {
-        r.box = el("div", { class: "chart", "data-rule": r.rule, "data-domain": r.domain }, el("h3", {}, r.domain + " / " + r.rule));
+        r.box = el("div", { class: "chart", "data-rule": r.rule, "data-domain": r.domain }, el("h3", {}, ruleLabel(r.domain, r.rule)));
         host.append(r.box);
       }
       r.box.hidden = !visible;
@@ -118,7 +119,7 @@
     const have = new Set([...sel.options].map((o) => o.value));
     for (const r of rules.values()) {
       const k = ruleKey(r.domain, r.rule);
-      if (!have.has(k)) sel.append(el("option", { value: k }, r.domain + " / " + r.rule));
+      if (!have.has(k)) sel.append(el("option", { value: k }, ruleLabel(r.domain, r.rule)));
     }
   }
 
@@ -135,7 +136,7 @@
     if (!latency.plot) {
       $("latency-chart").append(el("h3", {}, "Decision latency (µs, upper bound of a power-of-two bucket)"));
       latency.plot = new uPlot({ width: chartWidth($("latency-chart")), height: 140,
-        series: [{}, { label: "p50", stroke: "#2874a6" }, { label: "p99", stroke: "#c0392b" }], scales: { x: { time: true } } }, data, $("latency-chart"));
+        series: [{}, { label: "p50", stroke: "#2874a6" }, { label: "p99", stroke: "#c0392b" }], axes: [{}, { size: 60 }], scales: { x: { time: true } } }, data, $("latency-chart"));
     } else {
       latency.plot.setData(data);
     }
@@ -153,7 +154,7 @@
         el("td", { class: "num" }, el("span", { class: "bar", style: "width:" + Math.max(2, Math.round(80 * k.count / max)) + "px" }), k.count.toLocaleString()),
         el("td", { class: "num", title: "the count may overstate by this much" }, k.error ? "±" + k.error.toLocaleString() : "")));
       return el("div", { class: "rule-top", "data-rule": r.rule },
-        el("h3", {}, r.domain + " / " + r.rule),
+        el("h3", {}, ruleLabel(r.domain, r.rule)),
         el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "Key"), el("th", {}, "Limited"), el("th", {}, "Error"))), el("tbody", {}, ...rows)));
     });
     host.replaceChildren(...blocks);
