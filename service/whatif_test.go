@@ -299,6 +299,11 @@ func TestWhatIfRefusesBadInput(t *testing.T) {
 	if code, body := postWhatIf(t, admin.URL, token, "", "domain: [\n"); code != 400 || !strings.Contains(body, service.WhatIfFile+":") {
 		t.Errorf("bad YAML: %d %s", code, body)
 	}
+	for _, body := range []string{"", "domain: wi\ndescriptors: 7\n", "\x00\x01"} {
+		if code, out := postWhatIf(t, admin.URL, token, "", body); code != 400 || !strings.Contains(out, service.WhatIfFile) {
+			t.Errorf("body %q: %d %s", body, code, out)
+		}
+	}
 	for _, q := range []string{"?minutes=0", "?minutes=-1", "?minutes=2.5", "?minutes=x", "?minutes=NaN"} {
 		if code, body := postWhatIf(t, admin.URL, token, q, whatIfCandidate); code != 400 || !strings.Contains(body, "minutes") {
 			t.Errorf("%s: %d %s", q, code, body)
@@ -453,5 +458,35 @@ descriptors:
 	}
 	if want.Refused == 0 || want.Allowed == 0 {
 		t.Fatalf("the traffic tests nothing: %+v", want)
+	}
+}
+
+// Requests through /json are recorded as through gRPC; a malformed one
+// (an empty entry key) is replayed as ShouldRateLimit answers it, refused,
+// and counted invalid in both replays, never decided.
+func TestWhatIfRecordsJSONAndCountsInvalid(t *testing.T) {
+	e := newEnv(t, service.Options{Record: service.RecordOptions{Window: time.Minute}}, whatIfLive)
+	admin := httptest.NewServer(e.svc.AdminHandler(""))
+	t.Cleanup(admin.Close)
+	api := httptest.NewServer(e.svc.HTTPHandler(nil, nil))
+	t.Cleanup(api.Close)
+	for _, body := range []string{
+		`{"domain":"wi","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`,
+		`{"domain":"wi","descriptors":[{"entries":[{"key":"","value":"j"}]}]}`,
+	} {
+		resp, err := http.Post(api.URL+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	_, body := postWhatIf(t, admin.URL, "", "", whatIfCandidate)
+	var got whatIfJSON
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Window.Requests != 2 || got.Candidate.Invalid != 1 || got.Current.Invalid != 1 ||
+		got.Candidate.Rules[0].Matched != 1 || got.Current.Rules[0].Matched != 1 {
+		t.Errorf("%s", body)
 	}
 }
