@@ -227,3 +227,49 @@ func TestDashboardStreamEndsOnSIGTERM(t *testing.T) {
 		t.Logf("stream: %v", err)
 	}
 }
+
+// snapshotOf reads one snapshot from serve's event stream.
+func snapshotOf(t *testing.T, admin string) dashboard.Snapshot {
+	t.Helper()
+	code, body := call(t, &http.Client{Timeout: 30 * time.Second}, "GET", "http://"+admin+"/dashboard/events", "", nil)
+	_, data, _ := strings.Cut(body, "data: ")
+	var snap dashboard.Snapshot
+	if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &snap); code != 200 || err != nil {
+		t.Fatalf("events: %d %v %q", code, err, body)
+	}
+	return snap
+}
+
+// TestDashboardRulesAndReload: the rules panel's data holds each limit's
+// file:line, and the last reload's result: ok, then a refused file's
+// error naming its file:line, while the previous rules stay listed.
+func TestDashboardRulesAndReload(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "api.yaml", apiRules)
+	s := startServerNoClient(t, "--rules", dir, "--data", t.TempDir())
+	snap := snapshotOf(t, s.admin)
+	if snap.Rules == nil || !snap.Rules.Reload.OK || len(snap.Rules.Limits) == 0 {
+		t.Fatalf("rules: %+v", snap.Rules)
+	}
+	l := snap.Rules.Limits[0]
+	if l.Domain != "api" || l.Name != "api.user" || !strings.HasSuffix(l.File, "api.yaml") || l.Line != 4 || l.Text != "50 per 1h0m0s" {
+		t.Errorf("limit %+v, want api.user of api.yaml:4, 50 per 1h0m0s", l)
+	}
+	writeRules(t, dir, "api.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		snap = snapshotOf(t, s.admin)
+		if r := snap.Rules.Reload; !r.OK && r.Error != "" {
+			if !strings.Contains(r.Error, "api.yaml:4") || r.Time.IsZero() {
+				t.Errorf("refused reload: %+v, want its error at api.yaml:4", r)
+			}
+			if len(snap.Rules.Limits) == 0 || snap.Rules.Limits[0].Text != "50 per 1h0m0s" {
+				t.Errorf("after a refused reload the previous rules are not listed: %+v", snap.Rules.Limits)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused reload in a minute: %+v", snap.Rules.Reload)
+		}
+	}
+}

@@ -129,8 +129,22 @@ func TestZipfRecall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2M-event stream")
 	}
+	events, rank := zipfStream()
 	for _, c := range []struct{ slots, top, min int }{{256, 100, 55}, {256, 10, 10}, {400, 100, 73}, {400, 10, 10}, {1000, 100, 100}} {
-		hit := zipfRecall(c.slots, c.top)
+		s := New(c.slots)
+		for _, k := range events {
+			s.Add(k, 1)
+		}
+		truth := map[string]bool{}
+		for _, k := range rank[:c.top] {
+			truth[k] = true
+		}
+		hit := 0
+		for _, e := range s.Top(c.top) {
+			if truth[e.Key] {
+				hit++
+			}
+		}
 		t.Logf("recall of the true top %d (Zipf s=1.1, 2M events over 1M keys), %d slots: %d of %d", c.top, c.slots, hit, c.top)
 		if hit < c.min {
 			t.Errorf("%d slots: %d of the top %d, want >= %d", c.slots, hit, c.top, c.min)
@@ -138,39 +152,36 @@ func TestZipfRecall(t *testing.T) {
 	}
 }
 
-func zipfRecall(slots, top int) int {
-	const events = 2_000_000
-	s := New(slots)
+// zipfStream is the seeded stream of TestZipfRecall, and its distinct
+// keys by true count, the heaviest first.
+func zipfStream() (events, rank []string) {
+	const n = 2_000_000
 	exact := map[string]uint64{}
 	names := map[uint64]string{}
 	r := rand.New(rand.NewPCG(3, 4))
 	z := rand.NewZipf(r, 1.1, 1, 1_000_000-1)
-	for range events {
+	events = make([]string, n)
+	for i := range events {
 		v := z.Uint64()
-		n, ok := names[v]
+		k, ok := names[v]
 		if !ok {
-			n = fmt.Sprint(v)
-			names[v] = n
+			k = fmt.Sprint(v)
+			names[v] = k
 		}
-		exact[n]++
-		s.Add(n, 1)
+		exact[k]++
+		events[i] = k
 	}
-	all := make([]string, 0, len(exact))
+	rank = make([]string, 0, len(exact))
 	for k := range exact {
-		all = append(all, k)
+		rank = append(rank, k)
 	}
-	sort.Slice(all, func(i, j int) bool { return exact[all[i]] > exact[all[j]] })
-	truth := map[string]bool{}
-	for _, k := range all[:top] {
-		truth[k] = true
-	}
-	hit := 0
-	for _, e := range s.Top(top) {
-		if truth[e.Key] {
-			hit++
+	sort.Slice(rank, func(i, j int) bool { // ties by key: the same truth every run
+		if exact[rank[i]] != exact[rank[j]] {
+			return exact[rank[i]] > exact[rank[j]]
 		}
-	}
-	return hit
+		return rank[i] < rank[j]
+	})
+	return events, rank
 }
 
 func BenchmarkAddFlood(b *testing.B) {
