@@ -313,6 +313,7 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 //	POST   /v1/keys/reset    {"domain":"d","entries":[{"key":"user","value":"241531"}]}
 //	POST   /v1/keys/inspect  (the same body): the key's state, consuming nothing
 //	GET    /v1/top?domain=D&rule=R&n=N  the keys most often over each rule's limit
+//	POST   /v1/whatif?minutes=M  a rules file: its decisions over the recorded requests, and the live rules' (whatif.go)
 //	GET    /debug/pprof/...  Go's profiles of the running service
 func (s *Service) AdminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
@@ -338,6 +339,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/keys/reset", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpReset) })
 	mux.HandleFunc("POST /v1/keys/inspect", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpPeek) })
 	mux.HandleFunc("GET /v1/top", s.adminTop)
+	mux.HandleFunc("POST /v1/whatif", s.adminWhatIf)
 	// Profiles of the running service (go tool pprof http://ADMIN/debug/pprof/profile).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", cmdline)

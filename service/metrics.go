@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/recorder"
 	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -64,10 +65,12 @@ type domainSeries struct {
 
 var requestCodes = [...]string{"ok", "over_limit", "error"}
 
-// limitSeries are a limit's decision counters, by outcome.
+// limitSeries are a limit's decision counters, by outcome, and its
+// counters in the service's recorder (found with the same lookup).
 type limitSeries struct {
 	outcomes [8]atomic.Pointer[prometheus.Counter]
 	soft     atomic.Pointer[prometheus.Counter] // its soft-limit crossings
+	rec      atomic.Pointer[recorder.Counters]
 }
 
 var decisionOutcomes = [...]string{"ok", "over_limit", "shadow_over_limit", "quota_over_limit",
@@ -203,7 +206,9 @@ func (m *Metrics) domain(domain string) *domainSeries {
 	return v.(*domainSeries)
 }
 
-func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, key, statKey string, d *floodgate.Decision) {
+// observeDecision counts a decision, and returns its limit's series (nil
+// for a request's own limit).
+func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, key, statKey string, d *floodgate.Decision) (ls *limitSeries) {
 	outcome := 0 // ok
 	if !d.Allowed {
 		outcome = 1 // over_limit
@@ -222,7 +227,7 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		// name ("11/1s") the caller chooses, so one series for them all
 		m.counter(m.decisions, domain, requestLimitRule, decisionOutcomes[outcome]).Inc()
 	} else {
-		ls := m.limit(l)
+		ls = m.limit(l)
 		cp := ls.outcomes[outcome].Load()
 		if cp == nil {
 			c := m.counter(m.decisions, domain, l.Name, decisionOutcomes[outcome])
@@ -247,6 +252,7 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		// wrote them all out again)
 		m.detailed.add(domain, l.Name, decide.BoundKey(statKey), d.Allowed)
 	}
+	return ls
 }
 
 // softCrossing counts a soft-limit crossing of the limit named rule (ls

@@ -25,6 +25,8 @@ import (
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/internal/decisiontrace"
+	"github.com/floodgate/floodgate/internal/recorder"
+	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -77,6 +79,13 @@ type Options struct {
 	// outcome and store latency (docs/SERVICE.md "Traces"). nil: off, at no
 	// cost.
 	TracerProvider trace.TracerProvider
+	// Record keeps the requests of the last minutes for POST /v1/whatif
+	// (the zero value records nothing).
+	Record RecordOptions
+	// RecordDecisions keeps the recent history of decisions per rule and
+	// second for floodgate's dashboard (Service.Recorder): an atomic add
+	// per decision.
+	RecordDecisions bool
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -97,7 +106,11 @@ type Service struct {
 	lastLog atomic.Int64
 	tracer  *decisiontrace.Tracer // nil: off
 
-	limited limitedKeys // the top limited keys per rule (GET /v1/top)
+	reqLog  *requestLog        // the requests recorded for what-ifs; nil: recording off
+	whatIf  chan struct{}      // one what-if at a time
+	limited *topk.Rules        // the top limited keys per rule (GET /v1/top)
+	rec     *recorder.Recorder // nil unless Options.RecordDecisions
+	own     sync.Map           // domain → *recorder.Counters: requests' own limits
 }
 
 // New returns a service deciding with cfg's rules.
@@ -119,15 +132,25 @@ func New(cfg *rules.Config, opts Options) *Service {
 		Logger:             opts.Logger,
 	})}
 	s.tracer = decisiontrace.New(opts.TracerProvider, "floodgate.ShouldRateLimit", trace.SpanKindServer)
+	s.reqLog, s.whatIf = newRequestLog(opts.Record), make(chan struct{}, 1)
+	s.limited = newLimited()
+	if opts.RecordDecisions {
+		s.rec = recorder.New()
+	}
 	s.rules.Store(cfg)
 	return s
 }
+
+// Recorder returns the history of decisions kept for the dashboard, nil
+// unless Options.RecordDecisions. Its owner samples it every second
+// (recorder.Recorder.Sample).
+func (s *Service) Recorder() *recorder.Recorder { return s.rec }
 
 // SetRules swaps the live rules (a reload); the top limited keys of rules
 // no longer live are dropped.
 func (s *Service) SetRules(cfg *rules.Config) {
 	s.rules.Store(cfg)
-	s.limited.prune(cfg)
+	pruneLimited(s.limited, cfg)
 }
 
 // Rules returns the live rules.
@@ -162,12 +185,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) decideObserved(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.Decide(ctx, req)
+	if s.rec == nil && s.opts.Metrics == nil {
+		return resp, err
+	}
+	took := time.Since(start)
+	if s.rec != nil && err == nil {
+		s.rec.ObserveLatency(took)
+	}
 	if s.opts.Metrics != nil {
 		domain := req.GetDomain()
 		if cfg := s.rules.Load(); cfg == nil || cfg.Domain(domain) == nil {
 			domain = "_unknown" // callers choose domains: no series per garbage
 		}
-		s.opts.Metrics.observeRequest(domain, resp, err, time.Since(start))
+		s.opts.Metrics.observeRequest(domain, resp, err, took)
 	}
 	return resp, err
 }
@@ -178,6 +208,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, err
 	}
 	cfg := s.rules.Load()
+	if s.reqLog != nil {
+		s.record(cfg, req)
+	}
 	n := len(req.Descriptors)
 	// Most requests carry a descriptor or two: keep them off the heap.
 	// (The entries stay there only if no descriptor is stored anywhere
@@ -325,13 +358,51 @@ func (s *Service) status(req *rlsv3.RateLimitRequest, i int, r *decide.Result, p
 // observeDecision counts a decided result: in the metrics, and, over the
 // limit, in the top limited keys.
 func (s *Service) observeDecision(domain string, r *decide.Result) {
+	var ls *limitSeries
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
+		ls = s.opts.Metrics.observeDecision(domain, r.Limit, r.Shadow, r.Key, statKey(r), &r.Decision)
 	}
 	if !r.Decision.Allowed {
-		s.limited.add(domain, ruleName(r.Limit), r.Key)
+		s.limited.Add(topk.RuleID{Domain: domain, Rule: ruleName(r.Limit)}, r.Key)
+	}
+	if s.rec != nil {
+		s.recCounters(domain, r.Limit, ls).Record(r.Decision.Allowed, r.Shadow || r.Limit.QuotaMode, r.Decision.Degraded, r.Decision.Excess)
 	}
 }
+
+// recCounters are l's counters in the recorder: kept in its metrics
+// series ls when it has one (one lookup for both), else found by counters.
+func (s *Service) recCounters(domain string, l *rules.Limit, ls *limitSeries) *recorder.Counters {
+	if ls == nil {
+		return s.counters(domain, l)
+	}
+	c := ls.rec.Load()
+	if c == nil || c.Dropped() {
+		c = s.counters(domain, l)
+		ls.rec.Store(c)
+	}
+	return c
+}
+
+// counters are l's decision counters in the recorder: found by the
+// limit's pointer, or, for a request's own limit (a fresh one each time),
+// by domain.
+func (s *Service) counters(domain string, l *rules.Limit) *recorder.Counters {
+	if l.Policy != nil {
+		return s.rec.For(l, recorder.ID{Domain: domain, Rule: l.Name})
+	}
+	if c, ok := s.own.Load(domain); ok {
+		return c.(*recorder.Counters)
+	}
+	c := s.rec.For(ownLimits{domain}, recorder.ID{Domain: domain, Rule: requestLimitRule})
+	if cfg := s.rules.Load(); cfg != nil && cfg.Domain(domain) != nil { // own limits need a known domain: bounded
+		s.own.Store(domain, c)
+	}
+	return c
+}
+
+// ownLimits is the recorder's key of a domain's own limits.
+type ownLimits struct{ domain string }
 
 // ruleName is a limit's name as GET /v1/rules and the metrics show it:
 // requestLimitRule for a request's own limit.

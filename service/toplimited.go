@@ -1,12 +1,8 @@
 package service
 
 import (
-	"cmp"
 	"net/http"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 
 	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/rules"
@@ -25,60 +21,21 @@ const (
 	MaxTopKeys   = 100
 )
 
-// limitedKeys are the keys most often decided over their limit, per rule:
-// refused, or, in shadow or quota mode, that would have been.
-type limitedKeys struct {
-	rules sync.Map // ruleID → *limitedRule
-	n     atomic.Int64
+// newLimited returns the summaries of the top limited keys.
+func newLimited() *topk.Rules { return topk.NewRules(LimitedSlots, LimitedRules) }
+
+// pruneLimited drops the rules that cfg no longer holds (a reload).
+func pruneLimited(lk *topk.Rules, cfg *rules.Config) {
+	lk.Prune(func(id topk.RuleID) bool { return id.Rule == requestLimitRule || hasRule(cfg, id) })
 }
 
-// ruleID names a rule: its domain, and its name as GET /v1/rules shows it.
-type ruleID struct{ domain, rule string }
-
-type limitedRule struct {
-	mu   sync.Mutex
-	keys *topk.Summary
-}
-
-// add counts one decision of rule over its limit for key.
-func (lk *limitedKeys) add(domain, rule, key string) {
-	id := ruleID{domain, rule}
-	v, ok := lk.rules.Load(id)
-	if !ok {
-		if lk.n.Add(1) > LimitedRules {
-			lk.n.Add(-1)
-			return
-		}
-		var loaded bool
-		if v, loaded = lk.rules.LoadOrStore(id, &limitedRule{keys: topk.New(LimitedSlots)}); loaded {
-			lk.n.Add(-1)
-		}
-	}
-	r := v.(*limitedRule)
-	r.mu.Lock()
-	r.keys.Add(key, 1)
-	r.mu.Unlock()
-}
-
-// prune drops the rules that cfg no longer holds (a reload).
-func (lk *limitedKeys) prune(cfg *rules.Config) {
-	lk.rules.Range(func(k, _ any) bool {
-		id := k.(ruleID)
-		if id.rule != requestLimitRule && !hasRule(cfg, id) {
-			lk.rules.Delete(k)
-			lk.n.Add(-1)
-		}
-		return true
-	})
-}
-
-func hasRule(cfg *rules.Config, id ruleID) bool {
-	d := cfg.Domain(id.domain)
+func hasRule(cfg *rules.Config, id topk.RuleID) bool {
+	d := cfg.Domain(id.Domain)
 	if d == nil {
 		return false
 	}
 	for _, l := range d.Limits() {
-		if l.Name == id.rule {
+		if l.Name == id.Rule {
 			return true
 		}
 	}
@@ -101,29 +58,19 @@ type TopRule struct {
 	Keys   []TopKey `json:"keys"`
 }
 
-// top returns the n keys most often over the limit of each rule matching
-// domain and rule ("" matches any), by domain and rule.
-func (lk *limitedKeys) top(domain, rule string, n int) []TopRule {
+// TopRules converts per-rule summaries into GET /v1/top's rules: the n
+// keys of each rule matching domain and rule ("" matches any).
+func TopRules(lk *topk.Rules, domain, rule string, n int) []TopRule {
 	out := []TopRule{}
-	lk.rules.Range(func(k, v any) bool {
-		id := k.(ruleID)
-		if (domain != "" && id.domain != domain) || (rule != "" && id.rule != rule) {
-			return true
-		}
-		r := v.(*limitedRule)
-		r.mu.Lock()
-		top := r.keys.Top(n)
-		r.mu.Unlock()
-		tr := TopRule{Domain: id.domain, Rule: id.rule, Keys: make([]TopKey, len(top))}
-		for i, e := range top {
+	for _, rt := range lk.Top(func(id topk.RuleID) bool {
+		return (domain == "" || id.Domain == domain) && (rule == "" || id.Rule == rule)
+	}, n) {
+		tr := TopRule{Domain: rt.Domain, Rule: rt.Rule, Keys: make([]TopKey, len(rt.Keys))}
+		for i, e := range rt.Keys {
 			tr.Keys[i] = TopKey{Key: e.Key, Count: e.Count, Error: e.Error}
 		}
 		out = append(out, tr)
-		return true
-	})
-	slices.SortFunc(out, func(a, b TopRule) int {
-		return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Rule, b.Rule))
-	})
+	}
 	return out
 }
 
@@ -131,7 +78,7 @@ func (lk *limitedKeys) top(domain, rule string, n int) []TopRule {
 // the limit of each rule matching domain and rule ("" matches any): see
 // GET /v1/top.
 func (s *Service) TopLimited(domain, rule string, n int) []TopRule {
-	return s.limited.top(domain, rule, min(max(n, 1), MaxTopKeys))
+	return TopRules(s.limited, domain, rule, min(max(n, 1), MaxTopKeys))
 }
 
 // adminTop serves GET /v1/top?domain=D&rule=R&n=N: the n (default 10, 1

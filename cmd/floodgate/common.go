@@ -100,6 +100,7 @@ type commonConfig struct {
 	writeBackInterval                time.Duration // redisstore.Options.WriteBackInterval
 	journal                          journalConfig
 	trace                            traceConfig // --trace-file, --trace-sample (tracing.go)
+	noDashboard                      bool        // no /dashboard/ on the admin listener (dashboard.go)
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
@@ -131,6 +132,7 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	fs.BoolVar(&c.nearCache, "store-near-cache", c.nearCache, "Redis store: refuse a key that Redis refused until its retry time without asking Redis again (never admits more; floodgate_store_near_cache_hits_total) [FLOODGATE_STORE_NEAR_CACHE]")
 	c.busy.register(fs)
 	c.trace.register(fs)
+	fs.BoolVar(&c.noDashboard, "no-dashboard", envBool("NO_DASHBOARD"), "serve no dashboard at /dashboard/ on the admin listener, and record no decision history for it [FLOODGATE_NO_DASHBOARD]")
 }
 
 // prepare checks the admin address, makes the data directory and, with no

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/internal/dashboard"
 	"github.com/floodgate/floodgate/internal/proxy"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
@@ -163,9 +164,14 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 			return err
 		}
 	}
-	fp, err := proxy.New(proxy.Config{Upstream: pc.upstream, TrustedProxies: pc.clientIP.TrustedProxies, XRateLimit: c.xRateLimit,
+	pd := newProxyDashboard(c, st)
+	pcfg := proxy.Config{Upstream: pc.upstream, TrustedProxies: pc.clientIP.TrustedProxies, XRateLimit: c.xRateLimit,
 		UpstreamTimeout: c.upstreamTimeout, BodyTimeout: c.bodyTimeout, Logger: log, Metrics: pm,
-		MaxConnsPerIP: c.connCap.maxConnsPerIP, Throttle: th, CriticalityHeader: c.throttle.header})
+		MaxConnsPerIP: c.connCap.maxConnsPerIP, Throttle: th, CriticalityHeader: c.throttle.header}
+	if pd != nil {
+		pcfg.OnVerdict = pd.onVerdict
+	}
+	fp, err := proxy.New(pcfg)
 	if err != nil {
 		return err
 	}
@@ -181,8 +187,19 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 			return err
 		}
 	}
+	onLoad := c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)
+	if pd != nil {
+		build := onLoad
+		onLoad = func(cfg *rules.Config) error {
+			if err := build(cfg); err != nil {
+				return err
+			}
+			pd.prune(cfg)
+			return nil
+		}
+	}
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
-		opts: c.throttle.rulesOptions(th, c.calendarMonth), onLoad: c.gateBuilder(fp, st.store, ovr, pc.clientIP, dw, log)}
+		opts: c.throttle.rulesOptions(th, c.calendarMonth), onLoad: onLoad}
 	cfg, err := loader.load() // builds the gate (onLoad)
 	if err != nil {
 		return err
@@ -191,7 +208,13 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	// rules, plus bans.
 	svc := service.New(cfg, service.Options{Store: st.store, Overrides: ovr, Metrics: metrics, Logger: log})
 	loader.svc = svc
-	err = c.serveProxy(ctx, log, fp, proxyAdmin(c.adminToken, svc, fp, metrics, st.ready), loader)
+	var dash *dashboard.Dashboard
+	if pd != nil {
+		dash = dashboard.New(pd, dashboard.Options{Token: c.adminToken, Guard: svc.RequireToken, Server: "proxy"})
+		stop := sampleEverySecond(pd.rec)
+		defer stop()
+	}
+	err = c.serveProxy(ctx, log, fp, proxyAdmin(c.adminToken, svc, fp, metrics, st.ready, dash), dash, loader)
 	fp.Gate().Close()
 	return err
 }
@@ -289,7 +312,7 @@ func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr ov
 
 // proxyAdmin returns the proxy's admin API: metrics, health, the
 // service's routes (rules, keys) and lifting a ban.
-func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, metrics *service.Metrics, ready func() (bool, string)) http.Handler {
+func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, metrics *service.Metrics, ready func() (bool, string), dash *dashboard.Dashboard) http.Handler {
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -313,13 +336,18 @@ func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, metrics *se
 		}
 		io.WriteString(w, "lifted\n")
 	})))
+	if dash != nil {
+		// the dashboard (dashboard.go): decisions, top keys, health
+		admin.Handle("/dashboard/", dash)
+		admin.Handle("/dashboard", http.RedirectHandler("/dashboard/", http.StatusMovedPermanently))
+	}
 	admin.Handle("/", svc.AdminHandler(token))
 	return admin
 }
 
 // serveProxy serves the proxy and its admin API until ctx ends or either
 // fails, serving the rules' reloads meanwhile, then drains both.
-func (c *proxyConfig) serveProxy(ctx context.Context, log *slog.Logger, fp *proxy.Proxy, admin http.Handler, loader *ruleLoader) error {
+func (c *proxyConfig) serveProxy(ctx context.Context, log *slog.Logger, fp *proxy.Proxy, admin http.Handler, dash *dashboard.Dashboard, loader *ruleLoader) error {
 	pl, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("proxy listener %s: %w", c.listen, err)
@@ -335,6 +363,9 @@ func (c *proxyConfig) serveProxy(ctx context.Context, log *slog.Logger, fp *prox
 		log.Warn("the admin API listens beyond loopback over plain HTTP (proxy has no TLS for it): its bearer token crosses the network in the clear; keep it on a private network or behind a TLS terminator", "addr", al.Addr().String())
 	}
 	as := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
+	if dash != nil {
+		as.RegisterOnShutdown(dash.Close) // ends the event streams: Shutdown waits for them
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Add(2)

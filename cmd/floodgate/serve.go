@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/dashboard"
 	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
@@ -36,6 +37,7 @@ type serveConfig struct {
 	tlsCert, tlsKey, tlsClientCA   string
 	allowRequestLimits, xRateLimit bool
 	noRateLimit, shadowMode        bool
+	record                         recordConfig   // the what-if recorder (--record-*)
 	capacity                       capacityConfig // capacity leases (capacity.go)
 }
 
@@ -55,8 +57,12 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", envBool("SHADOW_MODE"), "every limit in shadow mode: decide, count and report, refuse nothing (envoyproxy/ratelimit's SHADOW_MODE) [FLOODGATE_SHADOW_MODE]")
+	c.record.register(fs)
 	c.capacity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := c.record.check(); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -163,9 +169,11 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	svc := service.New(cfg, service.Options{Store: st.store, Overrides: st.overrides, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log, TracerProvider: tp})
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log, TracerProvider: tp,
+		Record: c.record.options(rules.Options{CalendarMonth: c.calendarMonth}), RecordDecisions: !c.noDashboard})
 	loader.svc = svc
-	srv, err := c.newServers(svc, metrics, st.ready, log)
+	dash := c.newDashboard(svc, st, loader)
+	srv, err := c.newServers(svc, metrics, st.ready, dash, log)
 	if err != nil {
 		return err
 	}
@@ -182,6 +190,8 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		loader.also = leases.reload
 	}
 	srv.start()
+	stopSampling := sampleEverySecond(svc.Recorder())
+	defer stopSampling()
 	c.serveUntilStopped(ctx, log, loader, srv.errc, "floodgate serving")
 	leases.close() // resigns first: clients move to the next master while this one drains
 	srv.drain(c.drain)
@@ -238,7 +248,7 @@ type serveServers struct {
 }
 
 // newServers opens the listeners and builds the servers on them.
-func (c *serveConfig) newServers(svc *service.Service, metrics *service.Metrics, ready service.Readiness, log *slog.Logger) (*serveServers, error) {
+func (c *serveConfig) newServers(svc *service.Service, metrics *service.Metrics, ready service.Readiness, dash *dashboard.Dashboard, log *slog.Logger) (*serveServers, error) {
 	tlsConf, err := serverTLS(c)
 	if err != nil {
 		return nil, err
@@ -266,7 +276,15 @@ func (c *serveConfig) newServers(svc *service.Service, metrics *service.Metrics,
 	// The admin listener speaks TLS too when there is a certificate: beyond
 	// loopback its bearer token would otherwise cross the network in the
 	// clear.
-	s.as = s.httpServer(svc.AdminHandler(c.adminToken))
+	// The dashboard (dashboard.go) shares the listener, its token and TLS.
+	admin := svc.AdminHandler(c.adminToken)
+	if dash != nil {
+		admin = dash.Mount(admin)
+	}
+	s.as = s.httpServer(admin)
+	if dash != nil {
+		s.as.RegisterOnShutdown(dash.Close) // ends the event streams: Shutdown waits for them
+	}
 	if tlsConf == nil && !isLoopback(c.adminAddr) {
 		log.Warn("the admin API listens beyond loopback without TLS: its bearer token crosses the network in the clear; set --tls-cert and --tls-key", "addr", s.al.Addr().String())
 	}
@@ -378,6 +396,7 @@ type ruleLoader struct {
 	sig     string
 	opts    rules.Options
 	skipped map[string]bool // the entries last reported as not loaded (rules.List)
+	last    lastReload      // the last load's result, for the dashboard (dashboard.go)
 	// onLoad, when set, takes each configuration read (the first one
 	// included) before it counts as loaded; an error refuses it whole:
 	// the previous files stay the loader's, and the reload counts as
@@ -446,10 +465,13 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 	if err != nil {
 		l.sig = sig
 		l.metrics.Reload(false, len(l.files))
-		return nil, 0, fmt.Errorf("--rules %s: %w", l.dir, err)
+		err = fmt.Errorf("--rules %s: %w", l.dir, err)
+		l.last.record(err)
+		return nil, 0, err
 	}
 	next := map[string]*rules.Domain{}
 	refused := 0
+	var firstErr error // the first file refused
 	for _, p := range paths {
 		data, err := rules.ReadFile(p)
 		if err == nil {
@@ -460,6 +482,9 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 			}
 		}
 		refused++
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", p, err)
+		}
 		if prev := l.files[p]; prev != nil {
 			next[p] = prev
 			l.log.Error("rules file refused; its previous rules stay live", "file", p, "err", err)
@@ -481,10 +506,16 @@ func (l *ruleLoader) read() (*rules.Config, int, error) {
 	if err != nil {
 		l.sig = sig
 		l.metrics.Reload(false, len(l.files))
-		return nil, refused + 1, fmt.Errorf("rules in %s: %w", l.dir, err)
+		err = fmt.Errorf("rules in %s: %w", l.dir, err)
+		l.last.record(err)
+		return nil, refused + 1, err
 	}
 	l.files, l.sig = next, sig
 	l.metrics.Reload(refused == 0, len(domains))
+	if refused > 0 && firstErr == nil {
+		firstErr = fmt.Errorf("%d file(s) declare a domain another file holds (see the log)", refused)
+	}
+	l.last.record(firstErr)
 	return cfg, refused, nil
 }
 

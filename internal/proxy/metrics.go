@@ -123,6 +123,9 @@ func (p *Proxy) observe(v *gate.Verdict) {
 		}
 		p.pm.limit(o.Limit.Name, outcome).Inc()
 	}
+	if p.onVerdict != nil {
+		p.onVerdict(v)
+	}
 	switch {
 	case v.Err != nil && v.Deciding == nil:
 		p.errored.Inc()

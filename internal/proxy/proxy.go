@@ -64,6 +64,10 @@ type Config struct {
 	// CriticalityHeader is the request header the throttler reads a
 	// request's criticality from; throttle.DefaultHeader if empty.
 	CriticalityHeader string
+	// OnVerdict, if set, sees each verdict of the gate after the metrics
+	// have counted it (the dashboard's recorder): on the request's
+	// goroutine, so it must be quick, and it must not keep v.
+	OnVerdict func(v *gate.Verdict)
 }
 
 // Proxy is the proxy's data path: a fasthttp server whose handler limits
@@ -94,12 +98,13 @@ type Proxy struct {
 	srv      *fasthttp.Server
 	log      *slog.Logger
 
-	pm       *Metrics
-	passed   prometheus.Counter
-	refused  prometheus.Counter
-	delayed  prometheus.Counter
-	errored  prometheus.Counter
-	upstream prometheus.Counter
+	pm        *Metrics
+	onVerdict func(*gate.Verdict)
+	passed    prometheus.Counter
+	refused   prometheus.Counter
+	delayed   prometheus.Counter
+	errored   prometheus.Counter
+	upstream  prometheus.Counter
 
 	timeouts struct {
 		upstream time.Duration // Config.UpstreamTimeout
@@ -151,7 +156,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	pm := cfg.Metrics
 	p := &Proxy{
-		legacy: cfg.XRateLimit, trusted: cfg.TrustedProxies, up: up, upName: up.Redacted(), log: cfg.Logger, pm: pm,
+		legacy: cfg.XRateLimit, trusted: cfg.TrustedProxies, up: up, upName: up.Redacted(), log: cfg.Logger, pm: pm, onVerdict: cfg.OnVerdict,
 		upTimeouts: pm.upstreamTimeouts, early: headerCtxWorks(),
 		dialer:   &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
 		passed:   pm.requests.WithLabelValues("passed"),

@@ -38,17 +38,24 @@ type Entry[T any] struct {
 // zero value whenever the key's slot is taken over by another key.
 type Tagged[T any] struct {
 	capacity int
-	heap     []*Entry[T]    // a min-heap by Count
-	index    map[string]int // key → position in heap
-	free     []*Entry[T]    // unused entries (Reset), reused
-	total    uint64         // every count added
+	heap     []*node[T]          // a min-heap by Count
+	index    map[string]*node[T] // by key
+	free     []*node[T]          // unused nodes (Reset), reused
+	total    uint64              // every count added
+}
+
+// node is a kept key and its place in the heap (kept in the node, so that
+// moving it writes no map entry).
+type node[T any] struct {
+	Entry[T]
+	pos int
 }
 
 // NewTagged returns an empty tagged summary keeping at most capacity keys
 // (at least 1).
 func NewTagged[T any](capacity int) *Tagged[T] {
 	capacity = max(capacity, 1)
-	return &Tagged[T]{capacity: capacity, index: make(map[string]int, capacity)}
+	return &Tagged[T]{capacity: capacity, index: make(map[string]*node[T], capacity)}
 }
 
 // Capacity returns the most keys the summary keeps.
@@ -67,23 +74,22 @@ func (s *Tagged[T]) Add(key string, n uint64) { s.AddTag(key, n) }
 // to update; the pointer is valid until the next call on the summary.
 func (s *Tagged[T]) AddTag(key string, n uint64) *T {
 	s.total += n
-	if i, ok := s.index[key]; ok {
-		e := s.heap[i]
+	if e, ok := s.index[key]; ok {
 		e.Count += n
-		s.down(i)
+		s.down(e.pos)
 		return &e.Tag
 	}
 	if len(s.heap) < s.capacity {
-		var e *Entry[T]
+		var e *node[T]
 		if k := len(s.free); k > 0 {
 			e, s.free = s.free[k-1], s.free[:k-1]
 		} else {
-			e = new(Entry[T])
+			e = new(node[T])
 		}
-		*e = Entry[T]{Key: key, Count: n}
+		*e = node[T]{Entry: Entry[T]{Key: key, Count: n}, pos: len(s.heap)}
 		s.heap = append(s.heap, e)
-		s.index[key] = len(s.heap) - 1
-		s.up(len(s.heap) - 1)
+		s.index[key] = e
+		s.up(e.pos)
 		return &e.Tag
 	}
 	// Take over the least counted slot: the newcomer inherits its count
@@ -93,7 +99,7 @@ func (s *Tagged[T]) AddTag(key string, n uint64) *T {
 	var zero T
 	e.Key, e.Error, e.Tag = key, e.Count, zero
 	e.Count += n
-	s.index[key] = 0
+	s.index[key] = e
 	s.down(0)
 	return &e.Tag
 }
@@ -103,7 +109,7 @@ func (s *Tagged[T]) AddTag(key string, n uint64) *T {
 func (s *Tagged[T]) Top(n int) []Entry[T] {
 	out := make([]Entry[T], len(s.heap))
 	for i, e := range s.heap {
-		out[i] = *e
+		out[i] = e.Entry
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Count != out[j].Count {
@@ -120,7 +126,7 @@ func (s *Tagged[T]) Top(n int) []Entry[T] {
 // Reset empties the summary, keeping its memory for reuse.
 func (s *Tagged[T]) Reset() {
 	for _, e := range s.heap {
-		*e = Entry[T]{}
+		*e = node[T]{}
 		s.free = append(s.free, e)
 	}
 	s.heap = s.heap[:0]
@@ -130,8 +136,7 @@ func (s *Tagged[T]) Reset() {
 
 func (s *Tagged[T]) swap(i, j int) {
 	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
-	s.index[s.heap[i].Key] = i
-	s.index[s.heap[j].Key] = j
+	s.heap[i].pos, s.heap[j].pos = i, j
 }
 
 func (s *Tagged[T]) up(i int) {
