@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -85,6 +86,22 @@ type Options struct {
 	Block time.Duration
 	// Clock paces deliveries (default clock.Precise).
 	Clock Clock
+	// MaxDeliveries bounds the attempts at delivering one request (a
+	// transport error, a worker that died): one handed out more times is
+	// moved to the dead-letter stream instead, and its poll answers 502
+	// (default 5).
+	MaxDeliveries int64
+	// MaxDead bounds the dead-letter stream: past it the oldest dead
+	// request is dropped (default 1000).
+	MaxDead int64
+	// PollRate bounds the polls one client address makes (Poll,
+	// PollStatus), per second, with a burst of twice as many: more are
+	// answered 429 without asking Redis (default 10; negative: no
+	// bound). The table of clients is bounded (65,536 addresses).
+	PollRate float64
+	// PollConcurrency bounds the polls of this Queue value asking Redis
+	// at once: more are answered 503 at once (default 64).
+	PollConcurrency int
 }
 
 // Queue is one deferred-request queue on Redis. It is safe for concurrent
@@ -93,7 +110,8 @@ type Queue struct {
 	c                      rueidis.Client
 	o                      Options
 	stream, group, resultP string
-	pace                   string
+	pace, dead             string
+	guard                  *pollGuard
 }
 
 // New makes the queue's consumer group if it does not exist.
@@ -101,9 +119,13 @@ func New(c rueidis.Client, o Options) (*Queue, error) {
 	if err := o.fill(); err != nil {
 		return nil, err
 	}
+	guard, err := newPollGuard(&o)
+	if err != nil {
+		return nil, err
+	}
 	tag := "{floodgate:defer:" + o.Name + "}"
-	q := &Queue{c: c, o: o, stream: tag + ":s", group: "workers", resultP: tag + ":r:", pace: tag + ":pace"}
-	err := c.Do(context.Background(), c.B().XgroupCreate().Key(q.stream).Group(q.group).Id("0").Mkstream().Build()).Error()
+	q := &Queue{c: c, o: o, stream: tag + ":s", group: "workers", resultP: tag + ":r:", pace: tag + ":pace", dead: tag + ":dead", guard: guard}
+	err = c.Do(context.Background(), c.B().XgroupCreate().Key(q.stream).Group(q.group).Id("0").Mkstream().Build()).Error()
 	if err != nil && !rueidis.IsRedisBusyGroup(err) {
 		return nil, fmt.Errorf("deferq: creating the consumer group of %q: %w", o.Name, err)
 	}
@@ -128,7 +150,7 @@ func (o *Options) fill() error {
 	if err := CheckName(o.Name); err != nil {
 		return err
 	}
-	if o.MaxLen < 0 || o.MaxBody < 0 || o.ResultTTL < 0 || o.Interval < 0 || o.ClaimIdle < 0 || o.Block < 0 {
+	if o.MaxLen < 0 || o.MaxBody < 0 || o.ResultTTL < 0 || o.Interval < 0 || o.ClaimIdle < 0 || o.Block < 0 || o.MaxDeliveries < 0 || o.MaxDead < 0 || o.PollConcurrency < 0 {
 		return errors.New("deferq: negative option")
 	}
 	def := func(v *int64, d int64) {
@@ -141,6 +163,17 @@ func (o *Options) fill() error {
 	def((*int64)(&o.ResultTTL), int64(10*time.Minute))
 	def((*int64)(&o.ClaimIdle), int64(30*time.Second))
 	def((*int64)(&o.Block), int64(time.Second))
+	def(&o.MaxDeliveries, 5)
+	def(&o.MaxDead, 1000)
+	if o.PollRate == 0 {
+		o.PollRate = 10
+	}
+	if math.IsNaN(o.PollRate) || math.IsInf(o.PollRate, 0) || o.PollRate > 0 && o.PollRate < 0.001 {
+		return errors.New("deferq: PollRate must be a number of polls a second (at least 0.001), or negative for no bound")
+	}
+	if o.PollConcurrency == 0 {
+		o.PollConcurrency = 64
+	}
 	if o.ClaimIdle < time.Millisecond || o.Block < time.Millisecond {
 		return errors.New("deferq: ClaimIdle and Block must be at least 1ms")
 	}

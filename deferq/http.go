@@ -146,12 +146,17 @@ func (q *Queue) Status(ctx context.Context, id string) (State, *Result, error) {
 // Poll answers a poll of id: 202 Accepted (Retry-After: 1) while the
 // request waits, its stored response (status, headers, body) once
 // delivered, 404 for an unknown, malformed or expired id, 503 when Redis
-// cannot be asked.
+// cannot be asked. A client (r.RemoteAddr) over Options.PollRate gets
+// 429, and a poll past Options.PollConcurrency 503, both with
+// Retry-After: 1 and without asking Redis (PollStatus).
 func (q *Queue) Poll(w http.ResponseWriter, r *http.Request, id string) {
-	st, res, err := q.Status(r.Context(), id)
+	st, res, err := q.PollStatus(r.Context(), r.RemoteAddr, id)
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	switch {
+	case errors.Is(err, ErrPollRate):
+		h.Set("Retry-After", "1")
+		writeText(w, http.StatusTooManyRequests, "too many polls; retry later\n")
 	case err != nil:
 		h.Set("Retry-After", "1")
 		writeText(w, http.StatusServiceUnavailable, "deferred queue unavailable; retry later\n")

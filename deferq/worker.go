@@ -59,9 +59,21 @@ func (q *Queue) Run(ctx context.Context, consumer string, d Deliver) error {
 // up to Options.Block), waits for its delivery slot and delivers it. It
 // reports whether it delivered one.
 func (q *Queue) Once(ctx context.Context, consumer string, d Deliver) (bool, error) {
-	x, ok, err := q.next(ctx, consumer)
+	x, claimed, ok, err := q.next(ctx, consumer)
 	if err != nil || !ok {
 		return false, err
+	}
+	if claimed {
+		// handed out before: a delivery failed, or its worker died
+		n, err := q.deliveries(ctx, x.ID)
+		if err != nil {
+			return false, fmt.Errorf("deferq: counting the deliveries of %s of %q: %w", x.ID, q.o.Name, err)
+		}
+		if n > q.o.MaxDeliveries {
+			var e entry
+			json.Unmarshal([]byte(x.FieldValues["r"]), &e) //nolint:errcheck // a corrupt entry has no token: its polls are 404
+			return false, q.deadLetter(ctx, x.ID, e.Token, n)
+		}
 	}
 	if q.o.Interval > 0 {
 		wait, err := paceScript.Exec(ctx, q.c, []string{q.pace},
@@ -76,31 +88,31 @@ func (q *Queue) Once(ctx context.Context, consumer string, d Deliver) (bool, err
 	return true, q.deliver(ctx, x, d)
 }
 
-// next claims an abandoned entry or reads a new one.
-func (q *Queue) next(ctx context.Context, consumer string) (rueidis.XRangeEntry, bool, error) {
+// next claims an abandoned entry (claimed) or reads a new one.
+func (q *Queue) next(ctx context.Context, consumer string) (x rueidis.XRangeEntry, claimed, ok bool, err error) {
 	idle := strconv.FormatInt(q.o.ClaimIdle.Milliseconds(), 10)
 	arr, err := q.c.Do(ctx, q.c.B().Xautoclaim().Key(q.stream).Group(q.group).Consumer(consumer).
 		MinIdleTime(idle).Start("0-0").Count(1).Build()).ToArray()
 	if err != nil {
-		return rueidis.XRangeEntry{}, false, fmt.Errorf("deferq: claiming on %q: %w", q.o.Name, err)
+		return rueidis.XRangeEntry{}, false, false, fmt.Errorf("deferq: claiming on %q: %w", q.o.Name, err)
 	}
 	if len(arr) >= 2 {
 		if es, err := arr[1].AsXRange(); err == nil && len(es) > 0 && es[0].FieldValues != nil {
-			return es[0], true, nil
+			return es[0], true, true, nil
 		}
 	}
 	res, err := q.c.Do(ctx, q.c.B().Xreadgroup().Group(q.group, consumer).Count(1).Block(q.o.Block.Milliseconds()).
 		Streams().Key(q.stream).Id(">").Build()).AsXRead()
 	if isNil(err) {
-		return rueidis.XRangeEntry{}, false, nil
+		return rueidis.XRangeEntry{}, false, false, nil
 	}
 	if err != nil {
-		return rueidis.XRangeEntry{}, false, fmt.Errorf("deferq: reading %q: %w", q.o.Name, err)
+		return rueidis.XRangeEntry{}, false, false, fmt.Errorf("deferq: reading %q: %w", q.o.Name, err)
 	}
 	if es := res[q.stream]; len(es) > 0 {
-		return es[0], true, nil
+		return es[0], false, true, nil
 	}
-	return rueidis.XRangeEntry{}, false, nil
+	return rueidis.XRangeEntry{}, false, false, nil
 }
 
 // deliver sends entry x through d and stores the result.

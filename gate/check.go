@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"context"
+
 	"github.com/floodgate/floodgate/rules"
 )
 
@@ -26,14 +28,23 @@ func (g *Gate) Check(r *Request, v *Verdict) {
 		}
 	}
 	if len(v.Outcomes) > 0 {
-		if g.cfg.Remote != nil {
-			g.remote(ctx, v)
-			if v.Err != nil {
-				g.storeFailed(v, true)
-			}
+		if g.tracer != nil {
+			g.decideTraced(ctx, r, v)
 		} else {
-			g.local(ctx, v)
+			g.decideOutcomes(ctx, v)
 		}
+	}
+}
+
+// decideOutcomes decides v's outcomes, on the store or the remote service.
+func (g *Gate) decideOutcomes(ctx context.Context, v *Verdict) {
+	if g.cfg.Remote != nil {
+		g.remote(ctx, v)
+		if v.Err != nil {
+			g.storeFailed(v, true)
+		}
+	} else {
+		g.local(ctx, v)
 	}
 }
 

@@ -19,6 +19,9 @@ func (g *Gate) compile(src *Limit) (*limit, error) {
 	if err := l.validate(); err != nil {
 		return nil, err
 	}
+	if err := l.checkCriticality(); err != nil {
+		return nil, err
+	}
 	if err := g.checkPolicy(l); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,7 @@ func routeLimit(domain, name string, rt *rules.HTTPRoute) (Limit, bool, error) {
 		Ban:            BanRule{Threshold: rt.Ban.Threshold, Interval: rt.Ban.Interval, Duration: rt.Ban.Duration},
 		Defer:          DeferRule{MaxQueue: rt.Defer.MaxQueue, MaxBody: rt.Defer.MaxBody, ResultTTL: rt.Defer.ResultTTL},
 		ExemptNets:     rt.ExemptCIDRs,
+		Criticality:    rt.Criticality,
 		Action:         Deny,
 	}
 	if rt.Action != "" {
@@ -65,6 +66,9 @@ func routeLimit(domain, name string, rt *rules.HTTPRoute) (Limit, bool, error) {
 	if rt.Limit != nil {
 		switch {
 		case rt.Limit.Unlimited:
+			if rt.Criticality != "" {
+				return Limit{}, false, fmt.Errorf("criticality %s on an unlimited route would never apply (an unlimited route is no limit to classify requests by): give it a limit, or set the level on a route with one", rt.Criticality)
+			}
 			return Limit{}, false, nil
 		case rt.Limit.Blocked:
 			l.Blocked, l.blockedPolicy = true, rt.Limit.Policy

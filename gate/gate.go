@@ -20,9 +20,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/decisiontrace"
 	"github.com/floodgate/floodgate/memstore"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -162,6 +165,11 @@ type Limit struct {
 	// Blocked refuses every request the limit applies to, without asking
 	// the store (envoyproxy/ratelimit's requests_per_unit: 0).
 	Blocked bool
+	// Criticality, if set, is the most a request the limit's Match
+	// applies to may claim with the server throttler (one of
+	// Criticalities; see Classify): its level when it claims none, the
+	// ceiling of one it claims unless it comes from a trusted proxy.
+	Criticality string
 
 	blockedPolicy *floodgate.Policy // a blocked rules-file route's placeholder, for its window
 }
@@ -219,6 +227,13 @@ type Config struct {
 	// Logger receives shadow-mode refusals and store failures (at most one
 	// line a second); default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces each request a limit applies to in
+	// a span, "floodgate.gate", continuing the request's trace (a span in
+	// its context, else W3C traceparent in its headers or gRPC metadata):
+	// the limits' names, a hash of each key (never the key), the outcome
+	// and the store's latency (docs/MIDDLEWARE.md "Traces"). nil: off, at
+	// no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Gate decides requests against a set of limits. It is safe for
@@ -232,7 +247,8 @@ type Gate struct {
 	ownsMem *memstore.Store
 	dec     *decide.Decider // a rules file's limits
 	lastLog atomic.Int64
-	split   atomic.Bool // a request's limits took several calls (logged once)
+	split   atomic.Bool           // a request's limits took several calls (logged once)
+	tracer  *decisiontrace.Tracer // nil: off
 }
 
 // limit is a Limit compiled.
@@ -282,6 +298,7 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g.cfg.ClientIP.normalize()
 	g.dec = decide.New(decide.Options{Overrides: cfg.Overrides, Logger: g.cfg.Logger})
+	g.tracer = decisiontrace.New(cfg.TracerProvider, "floodgate.gate", trace.SpanKindInternal)
 	if g.store == nil && cfg.Remote == nil {
 		ms, err := memstore.New(memstore.Options{Clock: g.clock})
 		if err != nil {

@@ -25,7 +25,14 @@ func (g *Gate) local(ctx context.Context, v *Verdict) {
 	}
 	ops, calls = g.layOut(v, ops, calls)
 	var one [1]floodgate.Decision
+	var start time.Time
+	if g.tracer != nil {
+		start = time.Now()
+	}
 	decs, err := g.call(ctx, now, v, ops, calls, one[:])
+	if g.tracer != nil {
+		v.storeTook += time.Since(start)
+	}
 	if err != nil {
 		v.Err = err
 		g.logf("floodgate: the store failed; the gate's failure policy decides meanwhile", "err", err)

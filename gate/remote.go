@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -48,7 +49,14 @@ func (g *Gate) remote(ctx context.Context, v *Verdict) {
 	}
 	for start := 0; start < len(v.Outcomes); start += maxOps {
 		part := v.Outcomes[start:min(start+maxOps, len(v.Outcomes))]
+		var t0 time.Time
+		if g.tracer != nil {
+			t0 = time.Now()
+		}
 		ans, err := g.remoteCall(ctx, part)
+		if g.tracer != nil {
+			v.storeTook += time.Since(t0)
+		}
 		if err != nil {
 			v.Err = err
 			g.logf("floodgate: the rate limit service failed; the gate's failure policy decides meanwhile", "err", err)
@@ -88,6 +96,13 @@ func (g *Gate) remote(ctx context.Context, v *Verdict) {
 		}
 	}
 	v.RemoteHeaders = append(v.RemoteHeaders, ans.Headers...)
+	for i := range answers {
+		for _, kv := range answers[i].Headers {
+			if strings.EqualFold(kv[0], HeaderWarning) {
+				v.Soft = true // the service let a descriptor past a soft limit
+			}
+		}
+	}
 }
 
 // remoteCall asks the service about outcomes, each one descriptor.

@@ -66,7 +66,7 @@ type Verdict struct {
 	// Delayed is how long a Delay action held the request.
 	Delayed time.Duration
 	// Soft: a limit in soft or elastic mode let the request past its
-	// soft line.
+	// soft line (with a remote service: it sent Floodgate-Warning).
 	Soft bool
 	// Err is a store or remote failure (the request passed unless
 	// Config.FailClosed; either way each limit that asked has the failure
@@ -76,8 +76,9 @@ type Verdict struct {
 	// Headers from a remote service (RateLimit fields it computed).
 	RemoteHeaders [][2]string
 
-	buf [4]Outcome
-	rs  *rulesScratch // the rules-file outcomes' plan, kept for the next request
+	buf       [4]Outcome
+	storeTook time.Duration // time in the store's (or service's) calls, when traced
+	rs        *rulesScratch // the rules-file outcomes' plan, kept for the next request
 }
 
 // rulesScratch is what a verdict keeps of its rules-file outcomes' plan:

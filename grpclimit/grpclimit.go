@@ -18,6 +18,13 @@
 // "rate limiter unavailable (NAME); retry in 1 s", and only a retry-after
 // trailer; a call a failure mode let through gets ratelimit-policy but no
 // ratelimit trailer, as no remaining quota was counted (see gate.Headers).
+//
+// A call over a limit whose action is gate.Defer cannot be queued as an
+// HTTP request is (gRPC has no 202 Accepted and no location to poll): it
+// fails with UNAVAILABLE, "deferred: over the rate limit, not queued
+// (NAME); retry in N s", and the retry-after trailer, so that a client
+// whose retry policy retries UNAVAILABLE (gRPC's retry throttling bounding
+// it) makes the call again later, when the limit has room.
 package grpclimit
 
 import (
@@ -87,8 +94,14 @@ func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error)
 	}
 	o := v.Deciding
 	code, what := codes.ResourceExhausted, "rate limit exceeded ("
-	if v.StoreUnavailable() {
+	switch {
+	case v.StoreUnavailable():
 		code, what = codes.Unavailable, "rate limiter unavailable ("
+	case o.Limit.Action == gate.Defer:
+		// gRPC has no 202 and no poll location: the call is not queued.
+		// UNAVAILABLE is the code gRPC retry policies retry, so a client
+		// with one comes back after retry-after: it holds the queue.
+		code, what = codes.Unavailable, "deferred: over the rate limit, not queued ("
 	}
 	retry := max(1, (int64(o.Decision.RetryAfter)+999_999_999)/1_000_000_000)
 	return trailer, status.Error(code, what+o.Limit.Name+"); retry in "+strconv.FormatInt(retry, 10)+" s")

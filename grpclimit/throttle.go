@@ -10,8 +10,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/gate"
 	"github.com/floodgate/floodgate/throttle"
 )
 
@@ -25,6 +27,14 @@ type ThrottleOptions struct {
 	// Criticality, if set, decides a call's level instead of the
 	// metadata (by method, by authenticated client, ...).
 	Criticality func(ctx context.Context, fullMethod string) throttle.Criticality
+	// Gate, if set (and Criticality is not), caps the level a call claims
+	// in its metadata at its method's: the Criticality of the first of
+	// the gate's limits whose Match the call meets (gate.Gate.Classify;
+	// throttle.DefaultCriticality if none sets one), so a client can
+	// lower its level but not raise it — unless its peer is one of the
+	// gate's trusted proxies (throttle.Claim). Without it the metadata is
+	// believed as it is.
+	Gate *gate.Gate
 	// Route, if set, keys the cost model instead of the default, the
 	// full method ("/pkg.Service/Method").
 	Route func(ctx context.Context, fullMethod string) throttle.RouteKey
@@ -67,10 +77,13 @@ func NewThrottle(o ThrottleOptions) (*Throttle, error) {
 // its level) and the ticket to finish, or the call's error.
 func (t *Throttle) admit(ctx context.Context, method string) (context.Context, *throttle.Ticket, error) {
 	var crit throttle.Criticality
-	if t.o.Criticality != nil {
+	md, _ := metadata.FromIncomingContext(ctx)
+	switch {
+	case t.o.Criticality != nil:
 		crit = t.o.Criticality(ctx, method)
-	} else {
-		md, _ := metadata.FromIncomingContext(ctx)
+	case t.o.Gate != nil:
+		crit = t.claim(ctx, md, method)
+	default:
 		crit = throttle.FromValues(md[t.o.Key], throttle.DefaultCriticality)
 	}
 	if !crit.Valid() {
@@ -95,6 +108,21 @@ func (t *Throttle) admit(ctx context.Context, method string) (context.Context, *
 		ctx = throttle.WithCriticality(ctx, crit)
 	}
 	return ctx, tk, nil
+}
+
+// claim is the call's level: what its metadata claims, capped at its
+// method's level unless its peer is a trusted proxy (ThrottleOptions.Gate).
+func (t *Throttle) claim(ctx context.Context, md metadata.MD, method string) throttle.Criticality {
+	req := gate.Request{FullMethod: method, MD: md, Ctx: ctx}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		req.Peer = p.Addr.String()
+	}
+	ceiling := throttle.DefaultCriticality
+	if c := t.o.Gate.Classify(&req); c.Criticality != "" {
+		ceiling, _ = throttle.ParseCriticality(c.Criticality)
+	}
+	vals := md[t.o.Key]
+	return throttle.Claim(vals, ceiling, len(vals) > 0 && req.Peer != "" && t.o.Gate.TrustedPeer(req.Peer))
 }
 
 func (t *Throttle) shedError(ctx context.Context, err error) error {

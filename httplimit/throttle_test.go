@@ -13,7 +13,9 @@ import (
 	"github.com/floodgate/floodgate/throttle"
 )
 
-// Quota refusals stay 429 and never touch the throttler; overload is 503.
+// A quota refusal is 429 and gives its throttler slot back at once
+// (no completion counted); overload is 503, also for a request over its
+// quota (the throttler is asked first: a shed request spends no quota).
 func TestThrottledQuota429Overload503(t *testing.T) {
 	perIP := floodgate.MustPolicy("per-ip", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1, Period: time.Minute})
 	mw, err := httplimit.New(httplimit.Options{Config: gate.Config{
@@ -42,17 +44,20 @@ func TestThrottledQuota429Overload503(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { send("192.0.2.1") })
 	<-started
-	if c := send("192.0.2.1"); c != 429 {
-		t.Errorf("over quota: %d, want 429", c)
-	}
-	if st := th.Stats(); st.Refused != [4]uint64{} {
-		t.Errorf("a quota refusal reached the throttler: %+v", st.Refused)
+	if c := send("192.0.2.1"); c != 503 {
+		t.Errorf("over quota, server full: %d, want 503", c)
 	}
 	if c := send("192.0.2.2"); c != 503 {
 		t.Errorf("within quota, server full: %d, want 503", c)
 	}
 	close(release)
 	wg.Wait()
+	if c := send("192.0.2.1"); c != 429 {
+		t.Errorf("over quota, server idle: %d, want 429", c)
+	}
+	if st := th.Stats(); st.InFlight != 0 || st.Completions != 1 || st.Admitted != 2 {
+		t.Errorf("after a quota refusal: %+v; want nothing in flight, 2 admitted, 1 completion (the refusal released, not completed)", st)
+	}
 	if c := send("192.0.2.3"); c != 200 {
 		t.Errorf("after the load: %d", c)
 	}

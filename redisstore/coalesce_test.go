@@ -142,14 +142,33 @@ func TestCoalescedCallerLeavesQueue(t *testing.T) {
 
 // In one batch, a key whose state is unreadable fails alone: its rules'
 // failure modes decide it, and the other keys are decided by Redis. A
-// batch that finds the library gone loads it again.
+// batch that finds the library gone loads it again. On the caller's
+// clock and on Redis's (the packed function's fast path), for a value
+// that is no state and for a key of another type (a list: GET itself
+// fails).
 func TestBatchOneBadKey(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s := openStore(t, srv, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second})
+	for _, clientTime := range []bool{true, false} {
+		for _, bad := range []string{"string", "list"} {
+			t.Run(fmt.Sprintf("clientTime=%v/%s", clientTime, bad), func(t *testing.T) {
+				oneBadKey(t, srv, clientTime, bad)
+			})
+		}
+	}
+}
+
+func oneBadKey(t *testing.T, srv *redistest.Server, clientTime bool, bad string) {
+	s := openStore(t, srv, redisstore.Options{ClientTime: clientTime, Timeout: 5 * time.Second, Prefix: fmt.Sprint("obk", clientTime, bad)})
 	p := floodgate.MustPolicy("bad", floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour, OnStoreFailure: floodgate.FailClosed})
 	ctx := context.Background()
-	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
-	if _, err := redistest.Cmd(srv.Addr, "SET", s.Key("bad", "b"), "\xc1 not msgpack"); err != nil {
+	now := time.Now().UnixMicro()
+	var err error
+	if bad == "list" {
+		_, err = redistest.Cmd(srv.Addr, "RPUSH", s.Key("bad", "b"), "x")
+	} else {
+		_, err = redistest.Cmd(srv.Addr, "SET", s.Key("bad", "b"), "\xc1 not msgpack")
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	redistest.Cmd(srv.Addr, "FUNCTION", "FLUSH")
@@ -286,16 +305,16 @@ func batchCommand(t *testing.T, name string) (*redisstore.Store, *floodgate.Poli
 	p := floodgate.MustPolicy(name, floodgate.Rule{Algorithm: floodgate.FixedWindow, Limit: 5, Period: time.Hour})
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
 	ops := []floodgate.Op{p.Op(floodgate.OpAllow, "a", 1, 0), p.Op(floodgate.OpAllow, "b", 2, 0)}
-	cmd, err := s.BatchCommand(context.Background(), now, ops)
+	cmd, err := s.BatchFunctionCommand(context.Background(), now, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, p, now, ops, cmd
 }
 
-// BatchCommand is the very call the store sends for decisions made
+// BatchFunctionCommand is the call releases before PackedFunction sent for decisions made
 // together: run by hand, it decides them, as tools replaying it expect.
-func TestBatchCommand(t *testing.T) {
+func TestBatchFunctionCommand(t *testing.T) {
 	s, p, now, ops, cmd := batchCommand(t, "bc")
 	ctx := context.Background()
 	if cmd[0] != "FCALL" || cmd[1] != redisstore.BatchFunction || cmd[2] != "2" {
@@ -395,7 +414,7 @@ func TestBatchStalePolicyIndex(t *testing.T) {
 	now := time.Date(2026, 5, 1, 0, 10, 0, 0, time.UTC).UnixMicro()
 	ctx := context.Background()
 	// two policies: the function's list holds both after this call
-	two, err := s.BatchCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "x", 1, 0), p2.Op(floodgate.OpAllow, "y", 1, 0)})
+	two, err := s.BatchFunctionCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "x", 1, 0), p2.Op(floodgate.OpAllow, "y", 1, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +423,7 @@ func TestBatchStalePolicyIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	// one policy, its decision pointing at policy 2
-	one, err := s.BatchCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "z", 1, 0)})
+	one, err := s.BatchFunctionCommand(ctx, now, []floodgate.Op{p1.Op(floodgate.OpAllow, "z", 1, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,11 +89,19 @@ func TestDifferentialAgainstGo(t *testing.T) {
 	// concurrent callers' decisions are sent.
 	t.Run("batch functions", func(t *testing.T) { differential(t, srv, false, true, 60) })
 	t.Run("batch scripts", func(t *testing.T) { differential(t, srv, true, true, 15) })
+	// Without coalescing (as in a Cluster) every decision is a call of
+	// Function; the runs above go through PackedFunction (functions,
+	// scripts) and BatchFunction (batch).
+	t.Run("single function", func(t *testing.T) { differentialWith(t, srv, false, false, true, 60) })
 }
 
 func differential(t *testing.T, srv *redistest.Server, scripts, batch bool, traces int) {
+	differentialWith(t, srv, scripts, batch, false, traces)
+}
+
+func differentialWith(t *testing.T, srv *redistest.Server, scripts, batch, each bool, traces int) {
 	s, err := redisstore.New("redis://"+srv.Addr, redisstore.Options{ClientTime: true, Timeout: 5 * time.Second,
-		Prefix: fmt.Sprintf("diff%v%v", scripts, batch), NoFunctions: scripts})
+		Prefix: fmt.Sprintf("diff%v%v%v", scripts, batch, each), NoFunctions: scripts, NoCoalescing: each})
 	if err != nil {
 		t.Fatal(err)
 	}

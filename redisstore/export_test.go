@@ -1,7 +1,9 @@
 package redisstore
 
-// SetBatchAlways makes s send even a lone decision through BatchFunction,
-// so that the conformance and differential suites cover it.
+// SetBatchAlways makes s send every decision, a lone one too, through
+// BatchFunction (the calling convention before PackedFunction, kept for
+// the releases before it), so that the conformance and differential
+// suites cover it as they cover PackedFunction (the default).
 func SetBatchAlways(s *Store) { s.batchAlways = true }
 
 // Coalescing reports whether s combines concurrent decisions.

@@ -82,19 +82,35 @@ func (s *Store) nums(now int64, op *floodgate.Op) (*policyArgs, opNums) {
 
 // BatchCommand returns the exact Redis command the store sends when it
 // decides ops at now together (coalescing; see Command): FCALL of
-// BatchFunction, or EVALSHA of BatchScript() on servers without
-// functions. It loads the library first.
+// PackedFunction, or EVALSHA of PackedScript() on servers without
+// functions (BatchFunctionCommand's, for a policy too long for it). It
+// loads the library first.
 func (s *Store) BatchCommand(ctx context.Context, now int64, ops []floodgate.Op) ([]string, error) {
-	if err := s.loadLibrary(ctx); err != nil {
+	w, err := s.commandWaiter(ctx, now, ops)
+	if err != nil {
 		return nil, err
 	}
-	w := &waiter{}
-	for i := range ops {
-		if ops[i].Policy == nil {
-			return nil, errNoPolicy
-		}
-		pa, o := s.nums(now, &ops[i])
-		w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
+	keys, args, ok := packedArgs([]*waiter{w}, len(ops))
+	if !ok {
+		return s.BatchFunctionCommand(ctx, now, ops)
+	}
+	head := []string{"FCALL", PackedFunction}
+	if s.scriptMode.Load() {
+		head = []string{"EVALSHA", sha1hex(PackedScript())}
+	}
+	cmd := append(head, strconv.Itoa(len(keys)))
+	cmd = append(cmd, keys...)
+	return append(cmd, args...), nil
+}
+
+// BatchFunctionCommand returns the command of BatchFunction (the calling
+// convention of releases before PackedFunction, which the library keeps)
+// deciding ops at now together: FCALL, or EVALSHA of BatchScript() on
+// servers without functions. It loads the library first.
+func (s *Store) BatchFunctionCommand(ctx context.Context, now int64, ops []floodgate.Op) ([]string, error) {
+	w, err := s.commandWaiter(ctx, now, ops)
+	if err != nil {
+		return nil, err
 	}
 	keys, args := batchArgs([]*waiter{w}, len(ops))
 	head := []string{"FCALL", BatchFunction}
@@ -106,7 +122,25 @@ func (s *Store) BatchCommand(ctx context.Context, now int64, ops []floodgate.Op)
 	return append(cmd, args...), nil
 }
 
-// Command returns the exact Redis command the store sends for op at now
+// commandWaiter loads the library and returns ops at now as one waiter.
+func (s *Store) commandWaiter(ctx context.Context, now int64, ops []floodgate.Op) (*waiter, error) {
+	if err := s.loadLibrary(ctx); err != nil {
+		return nil, err
+	}
+	w := &waiter{}
+	for i := range ops {
+		if ops[i].Policy == nil {
+			return nil, errNoPolicy
+		}
+		pa, o := s.nums(now, &ops[i])
+		w.add(s.Key(ops[i].Policy.Name(), ops[i].Key), pa, o)
+	}
+	return w, nil
+}
+
+// Command returns the exact Redis command a store without coalescing (a
+// Cluster, Options.NoCoalescing; a coalescing store sends BatchCommand's,
+// even for one op) sends for op at now
 // (now is ignored unless ClientTime): FCALL of the library's function, or
 // EVALSHA of Script() on servers without functions, with its key and
 // arguments, for tools that replay it (redis-benchmark, bench/). It loads

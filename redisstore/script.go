@@ -45,6 +45,12 @@ const (
 	// ShareFunction gives back what is left of a local share's slice and
 	// takes a new one (floodgate.TierLocalShare; 97_share.lua).
 	ShareFunction = "floodgate_v1_share"
+	// PackedFunction makes BatchFunction's decisions in a cheaper call:
+	// every policy in one argument, every decision in one, one reply
+	// string, and the Envoy request's fixed-window decision made inline
+	// (92_packed.lua). The coalescer's calls use it; BatchFunction stays
+	// for releases before it that share the Redis during an upgrade.
+	PackedFunction = "floodgate_v1_batch_packed"
 )
 
 // legacyBatchFunction is the batch function of releases before groups (its
@@ -87,18 +93,23 @@ func BatchScript() string { return luaBody() + "return batch(KEYS, ARGV, true)\n
 func Library() string {
 	fn := func(name, call string) string {
 		return "redis.register_function('" + name + "', function(keys, args)\n" +
-			"  if apply == nil then apply, batch, move, share, writeback = init() end\n" +
+			"  if apply == nil then apply, batch, move, share, writeback, packed = init() end\n" +
 			"  return " + call + "\nend)\n"
 	}
 	return "#!lua name=" + LibraryName + "\n" +
-		"local apply, batch, move, share, writeback\nlocal function init()\n" + luaBody() + "return apply, batch, move, share, writeback\nend\n" +
+		"local apply, batch, move, share, writeback, packed\nlocal function init()\n" + luaBody() + "return apply, batch, move, share, writeback, packed\nend\n" +
 		fn(Function, "apply(keys, args)") +
 		fn(BatchFunction, "batch(keys, args, true)") +
 		fn(legacyBatchFunction, "batch(keys, args, false)") +
 		fn(MoveFunction, "move(keys, args)") +
 		fn(ShareFunction, "share(keys, args)") +
-		fn(WriteBackFunction, "writeback(keys, args)")
+		fn(WriteBackFunction, "writeback(keys, args)") +
+		fn(PackedFunction, "packed(keys, args)")
 }
+
+// PackedScript returns the code of PackedFunction as one script for
+// EVAL/EVALSHA.
+func PackedScript() string { return luaBody() + "return packed(KEYS, ARGV)\n" }
 
 // ShareScript returns the code of ShareFunction as one script for
 // EVAL/EVALSHA.
@@ -119,6 +130,7 @@ type policyArgs struct {
 	names  []string
 	static []string // ruleFields per rule; calendar bounds filled per call
 	cal    bool     // some rule follows the calendar
+	packed []byte   // the policy's part of PackedFunction's arguments; nil: too long
 }
 
 // compiledOf returns a policy's compiled rules, which the Lua is given.
@@ -151,6 +163,7 @@ func newPolicyArgs(p *floodgate.Policy) *policyArgs {
 		}
 		pa.static = append(pa.static, rules[i].Name, sig, "0", "0", "0")
 	}
+	pa.packed = pa.packedStatic()
 	return pa
 }
 

@@ -128,13 +128,15 @@ type Store struct {
 	// batchScript is BatchFunction as a script, for servers without
 	// functions.
 	batchScript *rueidis.Lua
-	moveScript  *rueidis.Lua // MoveFunction as a script, likewise
-	shareScript *rueidis.Lua // ShareFunction as a script, likewise
-	shares      *shares      // local share's slices (share.go)
-	nodes       *nodeSet     // the heartbeats both tiers count nodes by (nodes.go)
-	co          *coalescer   // nil: every decision is a call of its own
-	follow      *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
-	batchAlways bool         // tests: a lone decision goes through BatchFunction too
+	// packedScript is PackedFunction as a script.
+	packedScript *rueidis.Lua
+	moveScript   *rueidis.Lua // MoveFunction as a script, likewise
+	shareScript  *rueidis.Lua // ShareFunction as a script, likewise
+	shares       *shares      // local share's slices (share.go)
+	nodes        *nodeSet     // the heartbeats both tiers count nodes by (nodes.go)
+	co           *coalescer   // nil: every decision is a call of its own
+	follow       *follower    // Sentinel: the master the coalescer's connections must be on; nil otherwise
+	batchAlways  bool         // tests: every decision, a lone one too, goes through BatchFunction
 
 	libMu     sync.Mutex
 	libLoaded atomic.Bool // the function library is loaded on every node
@@ -218,7 +220,8 @@ func NewWithClient(c rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: c, opts: opts, script: rueidis.NewLuaScript(Script()), batchScript: rueidis.NewLuaScript(BatchScript()),
-		moveScript: rueidis.NewLuaScript(MoveScript()), shareScript: rueidis.NewLuaScript(ShareScript())}
+		packedScript: rueidis.NewLuaScript(PackedScript()),
+		moveScript:   rueidis.NewLuaScript(MoveScript()), shareScript: rueidis.NewLuaScript(ShareScript())}
 	s.nodes = newNodeSet(s)
 	s.shares = newShares(s)
 	if opts.MaxTimeout > opts.Timeout {

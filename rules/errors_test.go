@@ -277,8 +277,8 @@ descriptors:
       requests_per_unit: 1
       elastic_ceiling: 5
 `, []string{
-		`bad.yaml:7: descriptors[0].rate_limit.mode: elastic mode needs a live spare-capacity signal, which a rules file cannot give; use hard or soft (elastic rules are built in Go with floodgate.Rule.Spare)`,
-		`bad.yaml:12: descriptors[1].rate_limit.elastic_ceiling: elastic mode is not available in rules files (it needs a live spare-capacity signal); use mode: soft with soft_percent`,
+		`bad.yaml:7: descriptors[0].rate_limit.mode: elastic mode needs a live spare-capacity signal, which a rules file cannot give: floodgate proxy gives its server throttler's (--throttle-max-inflight or --throttle-adaptive), Go code rules.Options.Spare; else use hard or soft`,
+		`bad.yaml:12: descriptors[1].rate_limit.elastic_ceiling: elastic mode needs a live spare-capacity signal, which a rules file cannot give: floodgate proxy gives its server throttler's (--throttle-max-inflight or --throttle-adaptive), Go code rules.Options.Spare; else use hard or soft`,
 	}},
 
 	{"engine errors at their lines", `domain: x
@@ -383,7 +383,7 @@ descriptors:
 		`bad.yaml:9: descriptors[2].rate_limit.failure_mode: local needs local_percent (1 to 100): the share of the limit each instance allows on its own`,
 		`bad.yaml:11: descriptors[3].rate_limit.local_percent: needs failure_mode: local`,
 		`bad.yaml:13: descriptors[4].rate_limit.local_percent: 500 is out of range (1 to 100)`,
-		`bad.yaml:15: descriptors[5].rate_limit.mode: unknown mode "gentle" (want hard or soft)`,
+		`bad.yaml:15: descriptors[5].rate_limit.mode: unknown mode "gentle" (want hard, soft or elastic)`,
 	}},
 
 	{"tiers", `domain: x

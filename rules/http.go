@@ -40,6 +40,11 @@ type HTTPRoute struct {
 	Defer          HTTPDefer      // `defer`: optional for action defer (defaults below), refused otherwise
 	Cost           int64          // `cost`: hits per request, default 1, 1..1e9
 	ExemptCIDRs    []netip.Prefix // `exempt_cidrs`: client addresses never limited (a bare IP means a /32 or /128)
+	// Criticality is `criticality`: the server throttler's level for the
+	// route's requests, one of CriticalityLevels (upper-cased, "-" read as
+	// "_"); "" when not given. A request may claim a lower level in its
+	// header, never a higher one unless it comes through a trusted proxy.
+	Criticality string
 	// Limit is set when the route carries its own `rate_limit` (or `rate_limits`)
 	// instead of relying on the descriptors tree: the same fields and extensions as a
 	// descriptor's rate_limit, parsed by the same code. Its Policy name is derived
@@ -89,7 +94,7 @@ func (d *Domain) HTTP() []*HTTPRoute { return append([]*HTTPRoute(nil), d.http..
 // the parser's tables read: TestFieldListsMatchTables)
 var (
 	httpFields = []string{"name", "match", "key", "action", "status", "max_delay", "redirect", "redirect_status",
-		"ban", "defer", "cost", "exempt_cidrs", "rate_limit", "rate_limits"}
+		"ban", "defer", "cost", "exempt_cidrs", "criticality", "rate_limit", "rate_limits"}
 	httpMatchFields = []string{"host", "path_prefix", "path", "methods"}
 	httpBanFields   = []string{"threshold", "interval", "duration"}
 	httpDeferFields = []string{"max_queue", "max_body", "result_ttl"}
@@ -205,6 +210,25 @@ var routeReaders = map[string]routeReader{
 		r.ExemptCIDRs, ok = p.httpCIDRs(f.val, path)
 		return ok
 	},
+	"criticality": (*parser).routeCriticality,
+}
+
+// CriticalityLevels are the levels a route's criticality names, from the
+// first shed to the last (package throttle's).
+var CriticalityLevels = []string{"SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL", "CRITICAL_PLUS"}
+
+func (p *parser) routeCriticality(r *parsedRoute, _ *routeSpec, f *field, path string) bool {
+	s, ok := p.str(f.val, path)
+	if !ok {
+		return false
+	}
+	c := strings.ReplaceAll(strings.ToUpper(strings.TrimSpace(s)), "-", "_")
+	if !contains(CriticalityLevels, c) {
+		p.add(f.val.Line, path, "unknown criticality %q (want %s)", s, strings.Join(CriticalityLevels, ", "))
+		return false
+	}
+	r.Criticality = c
+	return true
 }
 
 // routeLater reports whether a route's field is read once all are.

@@ -331,6 +331,20 @@ http:
 		`bad.yaml:18: http[0].exempt_cidrs[5]: "10.0.0.0/33" is not a CIDR prefix`,
 		`bad.yaml:20: http[1].exempt_cidrs: want a list, got "10.0.0.0/8"`,
 	}},
+	{"criticality", httpTree + `  - key: [remote_address]
+    criticality: URGENT
+  - key: [remote_address]
+    criticality: 3
+  - key: [remote_address]
+    criticality: [CRITICAL]
+  - key: [remote_address]
+    criticality: ""
+`, []string{
+		`bad.yaml:12: http[0].criticality: unknown criticality "URGENT" (want SHEDDABLE, SHEDDABLE_PLUS, CRITICAL, CRITICAL_PLUS)`,
+		`bad.yaml:14: http[1].criticality: unknown criticality "3" (want SHEDDABLE, SHEDDABLE_PLUS, CRITICAL, CRITICAL_PLUS)`,
+		`bad.yaml:16: http[2].criticality: want a string, got a list`,
+		`bad.yaml:18: http[3].criticality: unknown criticality "" (want SHEDDABLE, SHEDDABLE_PLUS, CRITICAL, CRITICAL_PLUS)`,
+	}},
 	{"own rate limits", httpTree + `  - key: [remote_address]
     rate_limit: {unit: fortnight, requests_per_unit: 1}
   - key: [remote_address]

@@ -380,8 +380,11 @@ func (p *parser) rule(s *spec, list bool) (floodgate.Rule, ruleInfo, bool) {
 	if s.has("algorithm") {
 		r.Algorithm = floodgate.Algorithm(s.algorithm)
 	}
-	if s.mode == "soft" {
+	switch s.mode {
+	case "soft":
 		r.Mode = floodgate.Soft
+	case "elastic":
+		r.Mode, r.ElasticCeiling, r.Spare = floodgate.Elastic, s.elastic, p.opts.Spare
 	}
 	if pb := p.ruleWindow(s, &r, &info); pb.field != "" {
 		return fail(pb)
@@ -408,6 +411,7 @@ var specNeeds = []struct {
 	{"time_zone", func(s *spec) bool { return s.has("calendar") }, "only calendar windows have a time zone"},
 	{"week_start", func(s *spec) bool { return s.calendar == "week" }, "only calendar: week windows have a first weekday"},
 	{"soft_percent", func(s *spec) bool { return s.mode == "soft" }, "needs mode: soft"},
+	{"elastic_ceiling", func(s *spec) bool { return s.mode == "elastic" }, "needs mode: elastic"},
 	{"budget", func(s *spec) bool { return s.tier == "write_back" }, "needs tier: write_back"},
 }
 
@@ -434,6 +438,9 @@ func specProblem(s *spec) problem {
 	}
 	if s.mode == "soft" && !s.has("soft_percent") {
 		return problem{"mode", "soft needs soft_percent: how far beyond the limit to admit, in percent"}
+	}
+	if s.mode == "elastic" && !s.has("elastic_ceiling") {
+		return problem{"mode", "elastic needs elastic_ceiling: the most admitted while the server has spare capacity (above the limit)"}
 	}
 	if s.tier == "write_back" && !s.has("budget") {
 		return problem{"tier", "write_back needs budget: the overshoot accepted, as a percentage of the limit such as 1%"}
@@ -536,7 +543,7 @@ var engineField = map[string]string{
 	"granularity":      "granularity",
 	"soft_percent":     "soft_percent",
 	"soft":             "soft_percent",
-	"elastic_ceiling":  "mode",
+	"elastic_ceiling":  "elastic_ceiling",
 	"elastic":          "mode",
 	"spare":            "mode",
 	"mode":             "mode",

@@ -57,6 +57,13 @@ type Options struct {
 	// 00:00 UTC, to the next), as envoyproxy/ratelimit does with
 	// USE_CALENDAR_MONTH_RATE_LIMIT=true, rather than 30 days from the epoch.
 	CalendarMonth bool
+	// Spare, if set, is the live spare-capacity signal of the elastic
+	// mode (floodgate.Rule.Spare): a rate_limit may then say
+	// mode: elastic with elastic_ceiling, and admits up to the ceiling
+	// while Spare reports true (a server throttler's
+	// throttle.Throttler.Spare: floodgate proxy gives its own). Without
+	// it, mode: elastic is refused, as a file cannot give the signal.
+	Spare func() bool
 }
 
 // Parse reads one rules file: one domain. The error lists every problem

@@ -37,6 +37,7 @@ type spec struct {
 	granularity time.Duration
 	mode        string
 	softPercent int64
+	elastic     int64 // elastic_ceiling
 	countRej    bool
 	failMode    string
 	localPct    int64
@@ -250,16 +251,27 @@ func (p *parser) specMode(s *spec, v *yaml.Node, path string) bool {
 	case "hard", "soft":
 		return true
 	case "elastic":
-		p.add(v.Line, path, "elastic mode needs a live spare-capacity signal, which a rules file cannot give; use hard or soft (elastic rules are built in Go with floodgate.Rule.Spare)")
+		if p.opts.Spare != nil {
+			return true
+		}
+		p.add(v.Line, path, "%s", noSpare)
 	default:
-		p.add(v.Line, path, "unknown mode %q (want hard or soft)", md)
+		p.add(v.Line, path, "unknown mode %q (want hard, soft or elastic)", md)
 	}
 	return false
 }
 
-func (p *parser) specElastic(_ *spec, v *yaml.Node, path string) bool {
-	p.add(v.Line, path, "elastic mode is not available in rules files (it needs a live spare-capacity signal); use mode: soft with soft_percent")
-	return false
+// noSpare says why elastic mode is refused without Options.Spare.
+const noSpare = "elastic mode needs a live spare-capacity signal, which a rules file cannot give: floodgate proxy gives its server throttler's (--throttle-max-inflight or --throttle-adaptive), Go code rules.Options.Spare; else use hard or soft"
+
+func (p *parser) specElastic(s *spec, v *yaml.Node, path string) bool {
+	if p.opts.Spare == nil {
+		p.add(v.Line, path, "%s", noSpare)
+		return false
+	}
+	n, ok := p.integer(v, path, 2, 1<<51)
+	s.elastic = n
+	return ok
 }
 
 // specBudget reads a write-back budget written as a percentage of the

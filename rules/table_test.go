@@ -86,6 +86,7 @@ func TestRouteFieldsTakeEveryAction(t *testing.T) {
 		"match":        "{path_prefix: /api/}",
 		"cost":         "2",
 		"exempt_cidrs": "[10.0.0.0/8]",
+		"criticality":  "sheddable-plus",
 		"rate_limit":   "{unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 5}",
 		"rate_limits":  "[{unit: second, requests_per_unit: 5, algorithm: gcra, burst: 5}]",
 	}
@@ -115,7 +116,9 @@ func TestSpecNeedsTable(t *testing.T) {
 		"week_start":      {"calendar: day, week_start: monday", "calendar: week, week_start: monday"},
 		"soft_percent":    {"unit: minute, mode: hard, soft_percent: 10", "unit: minute, mode: soft, soft_percent: 10"},
 		"budget":          {"unit: minute, tier: exact, budget: 1%", "unit: minute, tier: write_back, budget: 1%"},
+		"elastic_ceiling": {"unit: minute, mode: hard, elastic_ceiling: 10", "unit: minute, mode: elastic, elastic_ceiling: 10"},
 	}
+	spare := Options{Spare: func() bool { return false }}
 	if len(cases) != len(specNeeds) {
 		t.Fatalf("%d cases for %d entries of specNeeds", len(cases), len(specNeeds))
 	}
@@ -127,11 +130,11 @@ func TestSpecNeedsTable(t *testing.T) {
 		if !ok {
 			t.Fatalf("no case for %s", n.field)
 		}
-		_, err := Parse("f.yaml", []byte(file(c.without)))
+		_, err := ParseWith("f.yaml", []byte(file(c.without)), spare)
 		if want := "f.yaml:4: descriptors[0].rate_limit." + n.field + ": " + n.msg; err == nil || err.Error() != want {
 			t.Errorf("%s without its condition: got %v, want %q", n.field, err, want)
 		}
-		if _, err := Parse("f.yaml", []byte(file(c.with))); err != nil {
+		if _, err := ParseWith("f.yaml", []byte(file(c.with)), spare); err != nil {
 			t.Errorf("%s with its condition: %v", n.field, err)
 		}
 	}

@@ -3,9 +3,11 @@ package service_test
 import (
 	"context"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +16,8 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -45,12 +49,12 @@ descriptors:
 
 func benchService(b *testing.B, store floodgate.Store) *service.Service {
 	b.Helper()
-	return benchServiceWith(b, store, false)
+	return benchServiceWith(b, store, nil, false)
 }
 
-// benchServiceWith is benchService, recording decisions for the dashboard
-// when record is set.
-func benchServiceWith(b *testing.B, store floodgate.Store, record bool) *service.Service {
+// benchServiceWith is benchService tracing to tp (nil: off), and
+// recording decisions for the dashboard when record is set.
+func benchServiceWith(b *testing.B, store floodgate.Store, tp trace.TracerProvider, record bool) *service.Service {
 	b.Helper()
 	d, err := rules.Parse("bench.yaml", []byte(benchRules))
 	if err != nil {
@@ -67,7 +71,7 @@ func benchServiceWith(b *testing.B, store floodgate.Store, record bool) *service
 	cache := overrides.NewCache(bolt, 1<<16, 0)
 	b.Cleanup(func() { cache.Close() })
 	return service.New(cfg, service.Options{Store: store, Overrides: cache, OverrideTimeout: 50 * time.Millisecond, Metrics: service.NewMetrics(),
-		RecordDecisions: record})
+		TracerProvider: tp, RecordDecisions: record})
 }
 
 func benchStore(b *testing.B, kind string) floodgate.Store {
@@ -143,7 +147,7 @@ func BenchmarkDecide(b *testing.B) {
 func BenchmarkDashboard(b *testing.B) {
 	for _, mode := range []string{"off", "on", "open"} {
 		b.Run(mode, func(b *testing.B) {
-			svc := benchServiceWith(b, benchStore(b, "memory"), mode != "off")
+			svc := benchServiceWith(b, benchStore(b, "memory"), nil, mode != "off")
 			reqs := benchRequests()
 			ctx := context.Background()
 			for _, r := range reqs {
@@ -285,4 +289,129 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTracing is one decision through ShouldRateLimit on the memory
+// store, from one goroutine, with tracing off (no TracerProvider), on
+// but sampled out, and on with every decision recorded by the SDK (no
+// exporter: the instrumentation's own cost).
+//
+//	go test -run '^$' -bench 'Tracing' -benchmem ./service
+func BenchmarkTracing(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"off", nil},
+		{"unsampled", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))},
+		{"sampled", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			svc := benchServiceWith(b, benchStore(b, "memory"), c.tp, false)
+			reqs := benchRequests()
+			ctx := context.Background()
+			for _, r := range reqs {
+				if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, err := svc.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecideRecord is BenchmarkDecide/memory with the what-if
+// recorder off (the default of service.New) and on (serve's default: five
+// minutes, capped at DefaultRecordMaxEntries requests, which a benchmark
+// reaches within a second: the steady state of a flood, each request
+// dropping the oldest).
+//
+//	go test -c -o /tmp/svc.test ./service
+//	for i in 1 2 3; do /tmp/svc.test -test.run '^$' -test.bench 'DecideRecord' -test.benchmem -test.benchtime 1000000x; done
+func BenchmarkDecideRecord(b *testing.B) {
+	for _, mode := range []string{"off", "on"} {
+		b.Run(mode, func(b *testing.B) {
+			d, err := rules.Parse("bench.yaml", []byte(benchRules))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg, err := rules.NewConfig(d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts := service.Options{Store: benchStore(b, "memory"), Metrics: service.NewMetrics()}
+			if mode == "on" {
+				opts.Record = service.RecordOptions{Window: service.DefaultRecordWindow}
+			}
+			svc := service.New(cfg, opts)
+			reqs := benchRequests()
+			ctx := context.Background()
+			for range service.DefaultRecordMaxEntries / len(reqs) { // the recorder full
+				for _, r := range reqs {
+					if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(7919)
+				for pb.Next() {
+					i++
+					if _, err := svc.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkWhatIf is one POST /v1/whatif over a full recorder
+// (DefaultRecordMaxEntries requests of 1,000 keys): both replays, the
+// posted rules' and the live ones'.
+//
+//	go test -run '^$' -bench 'WhatIf' -benchtime 5x ./service
+func BenchmarkWhatIf(b *testing.B) {
+	d, err := rules.Parse("bench.yaml", []byte(benchRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := service.New(cfg, service.Options{Store: benchStore(b, "memory"), Record: service.RecordOptions{Window: service.MaxRecordWindow}, AdminTimeout: time.Minute})
+	ctx := context.Background()
+	reqs := benchRequests()
+	for range service.DefaultRecordMaxEntries / len(reqs) {
+		for _, r := range reqs {
+			if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	h := svc.AdminHandler("")
+	cand := strings.Replace(benchRules, "1000000000", "100", 1)
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/whatif", strings.NewReader(cand)))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `"complete": true`) {
+			b.Fatalf("%d %s", w.Code, w.Body.String()[:min(w.Body.Len(), 500)])
+		}
+	}
+	b.ReportMetric(float64(service.DefaultRecordMaxEntries), "requests/op")
 }

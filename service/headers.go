@@ -13,6 +13,19 @@ import (
 	"github.com/floodgate/floodgate/rules"
 )
 
+// The header that marks a request let past a soft limit (a rule in mode:
+// soft admitted it beyond its requests_per_unit, within soft_percent), and
+// its value: the middleware's (gate.HeaderWarning) in the response Envoy
+// sends downstream.
+const (
+	HeaderWarning = "Floodgate-Warning"
+	WarningValue  = "soft limit exceeded"
+)
+
+// softCrossed reports whether d admitted a request past its rule's soft
+// line: a soft (or elastic) limit's warning, the "warned" outcome.
+func softCrossed(d *floodgate.Decision) bool { return d.Allowed && d.Excess }
+
 // headerState gathers what the response headers say: the deciding limit
 // (the one that denies with the longest wait, else the one with the fewest
 // remaining) and every limit's policy, each rule of each, at most

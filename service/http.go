@@ -19,6 +19,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -206,7 +207,12 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "request: %v", err)
 		return
 	}
-	resp, err := s.decideObserved(r.Context(), &req)
+	var resp *rlsv3.RateLimitResponse
+	if s.tracer != nil {
+		resp, err = s.decideTraced(r.Context(), &req, propagation.HeaderCarrier(r.Header))
+	} else {
+		resp, err = s.decideObserved(r.Context(), &req)
+	}
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, errBadRequest) {
@@ -303,9 +309,11 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 //	GET    /v1/overrides/{domain}/{key...}
 //	PUT    /v1/overrides/{domain}/{key...}   {"limit":5,"period":"1s","burst":0,"algorithm":"","note":""}
 //	DELETE /v1/overrides/{domain}/{key...}
+//	PUT    /v1/overrides[?dry_run=true]      {"overrides":[{"domain":"d","key":"k","limit":5,"period":"1s"}]}: all or nothing
 //	POST   /v1/keys/reset    {"domain":"d","entries":[{"key":"user","value":"241531"}]}
 //	POST   /v1/keys/inspect  (the same body): the key's state, consuming nothing
 //	GET    /v1/top?domain=D&rule=R&n=N  the keys most often over each rule's limit
+//	POST   /v1/whatif?minutes=M  a rules file: its decisions over the recorded requests, and the live rules' (whatif.go)
 //	GET    /debug/pprof/...  Go's profiles of the running service
 func (s *Service) AdminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
@@ -323,6 +331,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(b)
 	})
+	mux.HandleFunc("PUT /v1/overrides", s.adminBulkPut) // bulk.go
 	mux.HandleFunc("GET /v1/overrides/{domain}", s.adminList)
 	mux.HandleFunc("GET /v1/overrides/{domain}/{key...}", s.adminGet)
 	mux.HandleFunc("PUT /v1/overrides/{domain}/{key...}", s.adminPut)
@@ -330,6 +339,7 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/keys/reset", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpReset) })
 	mux.HandleFunc("POST /v1/keys/inspect", func(w http.ResponseWriter, r *http.Request) { s.adminKey(w, r, floodgate.OpPeek) })
 	mux.HandleFunc("GET /v1/top", s.adminTop)
+	mux.HandleFunc("POST /v1/whatif", s.adminWhatIf)
 	// Profiles of the running service (go tool pprof http://ADMIN/debug/pprof/profile).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", cmdline)
@@ -603,7 +613,7 @@ func (s *Service) checkOverride(o overrides.Override, key string) error {
 		return nil
 	}
 	if _, err := s.dec.OverridePolicy(o.Domain, m.Limit, numbers(o)); err != nil {
-		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %v", m.Limit.Name, key, err)
+		return fmt.Errorf("cannot apply to the limit %q that key %q matches: %w", m.Limit.Name, key, err)
 	}
 	return nil
 }
@@ -672,7 +682,13 @@ func (s *Service) adminKey(w http.ResponseWriter, r *http.Request, kind floodgat
 	}
 	// the key's override, if it has one, holds its state: inspect or reset that
 	p := s.dec.KeyPolicy(r.Context(), kr.Domain, m.Limit, key)
-	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind})
+	// inspect peeks at a request of cost 1, the next one: a peek of cost
+	// 0 fits even a spent key, and would say allowed, retry after 0
+	op := floodgate.Op{Policy: p, Key: decide.StoreKey(kr.Domain, key), Kind: kind}
+	if kind == floodgate.OpPeek {
+		op.Cost = 1
+	}
+	d, err := s.opts.Store.Do(r.Context(), s.opts.Clock.NowMicro(), op)
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, "%v", err)
 		return

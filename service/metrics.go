@@ -35,6 +35,7 @@ type Metrics struct {
 	// it with promhttp.HandlerFor; Register adds collectors to it.
 	Registry  *prometheus.Registry
 	decisions *prometheus.CounterVec // domain, rule, outcome
+	soft      *prometheus.CounterVec // domain, rule: soft-limit crossings (issue 22)
 	detailed  *topValues
 	requests  *prometheus.CounterVec   // domain, code
 	latency   *prometheus.HistogramVec // domain
@@ -68,6 +69,7 @@ var requestCodes = [...]string{"ok", "over_limit", "error"}
 // counters in the service's recorder (found with the same lookup).
 type limitSeries struct {
 	outcomes [8]atomic.Pointer[prometheus.Counter]
+	soft     atomic.Pointer[prometheus.Counter] // its soft-limit crossings
 	rec      atomic.Pointer[recorder.Counters]
 }
 
@@ -133,6 +135,9 @@ func NewMetrics() *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_decisions_total",
 			Help: "Descriptor decisions by domain, rule and outcome (ok, over_limit, shadow_over_limit, quota_over_limit, and each degraded_: decided by a failure mode)."},
 			[]string{"domain", "rule", "outcome"}),
+		soft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_soft_limit_crossings_total",
+			Help: "Descriptors a rule in mode: soft admitted past its soft line (beyond requests_per_unit, within soft_percent), by domain and rule: each got Floodgate-Warning, unless its rule is in shadow mode. Each is also in floodgate_decisions_total (ok, or degraded_ok)."},
+			[]string{"domain", "rule"}),
 		detailed: &topValues{desc: prometheus.NewDesc("floodgate_top_value_decisions",
 			"Decisions per descriptor value for rules with detailed_metric: the 100 most frequent values per rule (Space-Saving estimate), the rest as \"other\". A gauge: values enter and leave the top.",
 			[]string{"domain", "rule", "value", "outcome"}, nil), rules: map[[2]string]*ruleValues{}},
@@ -148,7 +153,7 @@ func NewMetrics() *Metrics {
 		rulesLive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_rule_domains",
 			Help: "Domains in the live rules."}),
 	}
-	r.MustRegister(m.decisions, m.detailed, m.requests, m.latency, m.reloads, m.rulesLive,
+	r.MustRegister(m.decisions, m.soft, m.detailed, m.requests, m.latency, m.reloads, m.rulesLive,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.adminAuth = newAdminAuthCounter()
 	r.MustRegister(m.adminAuth)
@@ -230,6 +235,10 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 			ls.outcomes[outcome].Store(cp)
 		}
 		(*cp).Inc()
+		// issue 22, soft limits: the "warned" outcome is softCrossed(d)
+		if softCrossed(d) {
+			m.softCrossing(domain, l.Name, ls)
+		}
 	}
 	switch {
 	case l.DetailedMetric:
@@ -244,6 +253,19 @@ func (m *Metrics) observeDecision(domain string, l *rules.Limit, shadow bool, ke
 		m.detailed.add(domain, l.Name, decide.BoundKey(statKey), d.Allowed)
 	}
 	return ls
+}
+
+// softCrossing counts a soft-limit crossing of the limit named rule (ls
+// its series). Only a rules file's limits are soft: a request's own limit
+// has no mode.
+func (m *Metrics) softCrossing(domain, rule string, ls *limitSeries) {
+	cp := ls.soft.Load()
+	if cp == nil {
+		c := m.counter(m.soft, domain, rule)
+		cp = &c
+		ls.soft.Store(cp)
+	}
+	(*cp).Inc()
 }
 
 // limit returns l's decision series. A limit belongs to one domain, so its

@@ -16,12 +16,15 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
+	"github.com/floodgate/floodgate/internal/decisiontrace"
 	"github.com/floodgate/floodgate/internal/recorder"
 	"github.com/floodgate/floodgate/internal/topk"
 	"github.com/floodgate/floodgate/overrides"
@@ -69,6 +72,16 @@ type Options struct {
 	// Logger receives warnings, such as failed override lookups (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// TracerProvider, when set, traces each ShouldRateLimit (gRPC or
+	// /json) in a span of kind server, "floodgate.ShouldRateLimit",
+	// continuing the caller's trace (W3C traceparent in the gRPC metadata
+	// or the HTTP headers): its domain, rules, key hashes (never a key),
+	// outcome and store latency (docs/SERVICE.md "Traces"). nil: off, at no
+	// cost.
+	TracerProvider trace.TracerProvider
+	// Record keeps the requests of the last minutes for POST /v1/whatif
+	// (the zero value records nothing).
+	Record RecordOptions
 	// RecordDecisions keeps the recent history of decisions per rule and
 	// second for floodgate's dashboard (Service.Recorder): an atomic add
 	// per decision.
@@ -91,7 +104,10 @@ type Service struct {
 	guards  map[string]*tokenGuard // RequireToken's, by token: one throttle for every handler a token guards
 
 	lastLog atomic.Int64
+	tracer  *decisiontrace.Tracer // nil: off
 
+	reqLog  *requestLog        // the requests recorded for what-ifs; nil: recording off
+	whatIf  chan struct{}      // one what-if at a time
 	limited *topk.Rules        // the top limited keys per rule (GET /v1/top)
 	rec     *recorder.Recorder // nil unless Options.RecordDecisions
 	own     sync.Map           // domain → *recorder.Counters: requests' own limits
@@ -115,6 +131,8 @@ func New(cfg *rules.Config, opts Options) *Service {
 		AllowRequestLimits: opts.AllowRequestLimits,
 		Logger:             opts.Logger,
 	})}
+	s.tracer = decisiontrace.New(opts.TracerProvider, "floodgate.ShouldRateLimit", trace.SpanKindServer)
+	s.reqLog, s.whatIf = newRequestLog(opts.Record), make(chan struct{}, 1)
 	s.limited = newLimited()
 	if opts.RecordDecisions {
 		s.rec = recorder.New()
@@ -146,7 +164,14 @@ var errBadRequest = decide.ErrBadRequest
 
 // ShouldRateLimit implements the gRPC API.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := s.decideObserved(ctx, req)
+	var resp *rlsv3.RateLimitResponse
+	var err error
+	if s.tracer != nil {
+		md, _ := metadata.FromIncomingContext(ctx)
+		resp, err = s.decideTraced(ctx, req, decisiontrace.MDCarrier(md))
+	} else {
+		resp, err = s.decideObserved(ctx, req)
+	}
 	switch {
 	case errors.Is(err, errBadRequest):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -183,6 +208,9 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, err
 	}
 	cfg := s.rules.Load()
+	if s.reqLog != nil {
+		s.record(cfg, req)
+	}
 	n := len(req.Descriptors)
 	// Most requests carry a descriptor or two: keep them off the heap.
 	// (The entries stay there only if no descriptor is stored anywhere
@@ -216,6 +244,9 @@ func (s *Service) decideMany(ctx context.Context, cfg *rules.Config, req *rlsv3.
 
 // decide decides descs (req's) into res, and answers.
 func (s *Service) decide(ctx context.Context, cfg *rules.Config, req *rlsv3.RateLimitRequest, descs []decide.Descriptor, res []decide.Result) (*rlsv3.RateLimitResponse, error) {
+	if s.tracer != nil {
+		return s.decideSpan(ctx, cfg, req, descs, res)
+	}
 	if err := s.dec.Decide(ctx, s.opts.Store, s.opts.Clock, cfg, req.Domain, descs, res); err != nil {
 		return nil, err
 	}
@@ -268,6 +299,7 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 	resp, parts := newResponse(len(res))
 	var hdr headerState
 	var violations []int // descriptors over their quota in quota mode
+	soft := false        // an enforced soft-mode limit let a descriptor past its soft line
 	for i := range res {
 		r := &res[i]
 		st, ph := s.status(req, i, r, &parts[i])
@@ -283,10 +315,16 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, res []decide.Result) *rls
 			// the headers speak of the limits that are enforced, and of
 			// the same wait as the status
 			hdr.add(ph, &r.Decision, r.Code == decide.Over)
+			soft = soft || softCrossed(&r.Decision)
 		}
 	}
 	if !s.opts.NoRateLimitHeaders || s.opts.XRateLimitHeaders {
 		resp.ResponseHeadersToAdd = hdr.headers(resp.ResponseHeadersToAdd, !s.opts.NoRateLimitHeaders, s.opts.XRateLimitHeaders, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
+	if soft {
+		// as the middleware marks it (gate.HeaderWarning); Envoy adds it
+		// to the downstream response, OK or not
+		resp.ResponseHeadersToAdd = appendHeader(resp.ResponseHeadersToAdd, HeaderWarning, WarningValue)
 	}
 	resp.DynamicMetadata = dynamicMetadata(res, violations)
 	return resp

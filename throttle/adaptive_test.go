@@ -29,6 +29,7 @@ type sim struct {
 	probed           []bool
 	stretchSum       float64
 	stretchN         int
+	early            int     // refusals with the queue's cost under its bound (on the predicted wait)
 	busy             float64 // processor-µs used
 }
 
@@ -114,9 +115,13 @@ func (s *sim) arrive(now int64) {
 	if s.rng.IntN(5) == 0 {
 		crit = Critical
 	}
+	queued := s.th.stats.queuedCost.Load()
 	tk, err := s.th.Enter(k, crit, 0)
 	if err != nil {
 		s.refusals[len(s.refusals)-1]++
+		if queued+int64(work) <= s.th.maxCost {
+			s.early++
+		}
 		return
 	}
 	j := &simJob{tk: tk, work: work, started: now}
@@ -180,9 +185,19 @@ func TestAdaptiveNoCreepUnderModestOverload(t *testing.T) {
 
 // Re-measuring the baselines does not burst refusals: at full load the
 // windows with a probe refuse about as much as those without.
+//
+// The second pair of runs has a queue whose bound is past what the
+// server drains within MaxWait, so arrivals are refused at once on their
+// predicted wait (wouldExpire): a probe must not make that burst either.
 func TestAdaptiveProbeNoRefusalBurst(t *testing.T) {
-	for _, load := range []float64{0.9, 1.3} {
-		s := newSim(t, load, adaptiveConfig())
+	failFast := adaptiveConfig()
+	failFast.MaxQueueCost, failFast.MaxWait = time.Second, 100*time.Millisecond
+	for i, load := range []float64{0.9, 1.3, 1.3, 3} {
+		c := adaptiveConfig()
+		if i >= 2 {
+			c = failFast
+		}
+		s := newSim(t, load, c)
 		s.run(2 * time.Minute)
 		var probeMax, probes, other []int
 		for i := 20; i < len(s.refusals)-1; i++ { // after the first 2 s
@@ -195,10 +210,40 @@ func TestAdaptiveProbeNoRefusalBurst(t *testing.T) {
 		probeMax = append(probeMax, slices.Max(probes))
 		slices.Sort(other)
 		p99 := other[len(other)*99/100]
-		t.Logf("load %.1f: %d probe windows, refusals per 200 ms around a probe max %d; elsewhere p99 %d max %d",
-			load, len(probes), probeMax[0], p99, other[len(other)-1])
+		t.Logf("load %.1f: %d probe windows, refusals per 200 ms around a probe max %d; elsewhere p99 %d max %d; %d on the predicted wait",
+			load, len(probes), probeMax[0], p99, other[len(other)-1], s.early)
+		if i >= 2 && s.early == 0 {
+			t.Errorf("load %.1f: no refusal on the predicted wait: the run does not test it", load)
+		}
 		if probeMax[0] > max(3, 2*p99) {
 			t.Errorf("load %.1f: a probe caused %d refusals in 200 ms; p99 elsewhere %d", load, probeMax[0], p99)
 		}
+	}
+}
+
+// The drain rate the queue's predicted wait divides by is the server's
+// capacity, 2 processors here: measured only while requests wait, and
+// not lowered by the probes (a probe runs below the limit for a moment;
+// counted, each would shorten every wait budget for a while and refuse
+// more at once). 40 s at 3× capacity, 3 to 4 probes.
+func TestDrainRateIgnoresProbes(t *testing.T) {
+	c := adaptiveConfig()
+	c.MaxQueueCost, c.MaxWait = time.Second, 100*time.Millisecond
+	s := newSim(t, 3, c)
+	s.run(2 * time.Second)
+	lo, hi, probes := 1e9, 0.0, 0
+	for range 400 {
+		s.run(100 * time.Millisecond)
+		lo, hi = min(lo, s.th.drain.rate), max(hi, s.th.drain.rate)
+		if s.probed[len(s.probed)-1] {
+			probes++
+		}
+	}
+	t.Logf("drain rate %.3f..%.3f over %d probe windows", lo, hi, probes)
+	if probes == 0 {
+		t.Fatal("no probe ran: the test tests nothing")
+	}
+	if lo < 0.975*s.cpus || hi > 1.025*s.cpus {
+		t.Errorf("drain rate %.3f..%.3f, want within 2.5%% of %v processors", lo, hi, s.cpus)
 	}
 }

@@ -35,6 +35,10 @@ type Config struct {
 	// MaxWait bounds a request's wait in the queue: one still queued
 	// after it is dropped before it runs (as is one past the deadline it
 	// came with). 0 means only the request's own deadline bounds it.
+	// Once the throttler has measured how fast it drains, a request
+	// below CRITICAL predicted to wait past its deadline is refused at
+	// arrival, and one a more critical arrival pushes past it is evicted
+	// at once (see ErrQueueFull, ErrEvicted).
 	MaxWait time.Duration
 	// Rate, if above 0, makes the throttler a shaper with a fixed
 	// outflow (the leaky bucket of the seed articles): requests start at
@@ -59,7 +63,10 @@ type Config struct {
 // the request (HTTP 503, gRPC UNAVAILABLE), not that a quota is spent.
 var (
 	// ErrQueueFull: the queue's predicted cost is at its bound and holds
-	// nothing less critical to evict.
+	// nothing less critical to evict; or, for a level below CRITICAL,
+	// its predicted wait (the cost queued ahead of it over what the
+	// server drains for its level) exceeds its deadline, so it would be
+	// dropped there: it is refused at once instead.
 	ErrQueueFull = errors.New("throttle: admission queue full")
 	// ErrEvicted: a more critical arrival took the request's place.
 	ErrEvicted = errors.New("throttle: evicted from the admission queue by a more critical request")
@@ -89,6 +96,7 @@ type Throttler struct {
 	queuedCost int64 // µs, the sum of the queued tickets' predictions
 	model      *costModel
 	adaptive   *vegas
+	drain      drainRate
 
 	stats counters
 }
@@ -196,7 +204,7 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 		return tk, nil
 	}
 	tk.predicted = t.model.predict(key)
-	if !t.makeRoom(tk.predicted, crit, now) {
+	if crit < Critical && t.wouldExpire(crit, deadline, now) || !t.makeRoom(tk.predicted, crit, now) {
 		t.stats.refused[crit].Add(1)
 		return nil, ErrQueueFull
 	}
@@ -204,9 +212,121 @@ func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline i
 	t.queue[crit].pushBack(tk)
 	t.queued++
 	t.queuedCost += tk.predicted
+	t.drain.queuedCost(crit, tk.predicted)
+	t.dropPushedBack(crit, now)
 	t.ensurePacer()
 	t.changed()
 	return tk, nil
+}
+
+// wouldExpire reports whether a request of level crit arriving at now
+// would still be queued at its deadline: the predicted cost queued at
+// its level and above (what dispatch starts before it) exceeds what the
+// server drains for its level by then. That is the measured drain rate
+// less the rate at which more critical work arrives (it will be
+// dispatched first). Such a request is refused at once rather than after
+// waiting to its deadline: the refusal is cheaper for the server and
+// earlier for the client. Nothing is refused this way before the rate
+// has been measured under saturation.
+func (t *Throttler) wouldExpire(crit Criticality, deadline, now int64) bool {
+	r := t.drain.rate
+	if r <= 0 || deadline == 0 {
+		return false
+	}
+	for l := crit + 1; l < numLevels; l++ {
+		r -= t.drain.arrival[l]
+	}
+	ahead := func() (c int64) {
+		for l := crit; l < numLevels; l++ {
+			c += t.queue[l].cost
+		}
+		return c
+	}
+	budget := max(r, 0) * float64(deadline-now)
+	if float64(ahead()) <= budget {
+		return false
+	}
+	t.dropExpired(now)
+	return float64(ahead()) > budget
+}
+
+// dropPushedBack evicts, at once, the queued requests below level crit
+// that an arrival of crit pushed past their deadline: the newest of each
+// lower level while the predicted cost ahead of it (everything queued at
+// its level and above) exceeds what the server drains by its deadline.
+// They would be dropped at their deadline anyway; now their callers hear
+// it without waiting. As wouldExpire, nothing before the drain rate is
+// measured.
+func (t *Throttler) dropPushedBack(crit Criticality, now int64) {
+	r := t.drain.rate
+	if r <= 0 {
+		return
+	}
+	var above int64 // queued cost at the levels above l
+	for l := numLevels - 1; l >= int(crit); l-- {
+		above += t.queue[l].cost
+	}
+	for l := int(crit) - 1; l >= 0; l-- {
+		for v := t.queue[l].tail; v != nil && v.deadline != 0; v = t.queue[l].tail {
+			ahead := above + t.queue[l].cost - v.predicted
+			if float64(ahead) <= r*float64(v.deadline-now) {
+				break
+			}
+			t.remove(v, evicted)
+			t.stats.evicted[l].Add(1)
+		}
+		above += t.queue[l].cost
+	}
+}
+
+// drainRate is the rate at which the server completes predicted cost
+// (CPU µs per µs), and the rate at which each level's requests join the
+// queue (their predicted cost per µs), measured only while requests
+// wait (the server runs at its limit, so what completes is its capacity,
+// not its demand): averages over 100 ms spans, weighted 1/4 for the
+// newest.
+type drainRate struct {
+	rate    float64 // 0 until measured
+	arrival [numLevels]float64
+	acc     int64 // cost completed since since
+	joined  [numLevels]int64
+	since   int64 // start of the span (µs); 0 when not saturated
+}
+
+// queuedCost books a request of level l and predicted cost c joining the
+// queue.
+func (d *drainRate) queuedCost(l Criticality, c int64) {
+	if d.since != 0 {
+		d.joined[l] += c
+	}
+}
+
+// completed books a completion of cost at now; saturated says whether
+// requests wait.
+func (d *drainRate) completed(cost, now int64, saturated bool) {
+	switch {
+	case !saturated:
+		d.since = 0
+	case d.since == 0:
+		d.since, d.acc, d.joined = now, 0, [numLevels]int64{}
+	default:
+		d.acc += cost
+		if el := now - d.since; el >= 100_000 {
+			first := d.rate == 0
+			d.rate = ewma(d.rate, float64(d.acc)/float64(el), first)
+			for l := range d.arrival {
+				d.arrival[l] = ewma(d.arrival[l], float64(d.joined[l])/float64(el), first)
+			}
+			d.since, d.acc, d.joined = now, 0, [numLevels]int64{}
+		}
+	}
+}
+
+func ewma(old, v float64, first bool) float64 {
+	if first {
+		return v
+	}
+	return old + (v-old)/4
 }
 
 // makeRoom reports whether a request of predicted cost c and level crit
@@ -429,6 +549,8 @@ func (tk *Ticket) finish(cost int64) {
 	t.stats.actual.Add(cost)
 	t.stats.absErr.Add(max(pred-cost, cost-pred))
 	t.stats.completions.Add(1)
+	// A probe's spans are not the server's capacity: it runs below its limit.
+	t.drain.completed(cost, now, t.queued > 0 && (t.adaptive == nil || !t.adaptive.probing))
 	if t.adaptive != nil {
 		t.limit = t.adaptive.sample(rc, now, tk.start, wall, tk.startLoad)
 	}

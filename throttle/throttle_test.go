@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -464,5 +465,196 @@ func waitSleeper(t *testing.T, m *clock.Manual) {
 	defer cancel()
 	if err := m.WaitForSleepers(ctx, 1); err != nil {
 		t.Fatal("the pacer is not sleeping on the clock:", err)
+	}
+}
+
+// A request whose predicted wait exceeds its deadline is refused at
+// arrival, not after waiting to its deadline; but never before the drain
+// rate was measured under saturation (the onset of a burst after an idle
+// spell must not be refused on an idle server's throughput), and never
+// for a level whose own queue ahead is short (dispatch starts the more
+// critical first).
+func TestFailFastOnPredictedWait(t *testing.T) {
+	th, m := newManual(t, Config{Limit: 1, MaxQueueCost: 10 * time.Second, MaxWait: time.Second})
+	r := route("/r")
+	// An idle server: one 100 ms request every second, nothing waits.
+	for range 3 {
+		tk := enter(t, th, r, Sheddable)
+		m.Advance(100 * time.Millisecond)
+		tk.DoneCost(100 * time.Millisecond)
+		m.Advance(900 * time.Millisecond)
+	}
+	if th.drain.rate != 0 {
+		t.Fatalf("drain rate %v measured while nothing waited", th.drain.rate)
+	}
+	// A burst: 15 requests, 1.5 s of predicted cost against a wait of
+	// 1 s. The rate is unknown: all are queued (the cost bound, 10 s, is
+	// far).
+	run := enter(t, th, r, Sheddable)
+	var q []*Ticket
+	for i := range 15 {
+		tk, err := th.Enter(r, Sheddable, 0)
+		if err != nil {
+			t.Fatalf("burst request %d refused before the rate was known: %v", i, err)
+		}
+		q = append(q, tk)
+	}
+	// Saturated: three completions of 100 ms, 100 ms apart, give a rate
+	// of 1 CPU.
+	for range 3 {
+		m.Advance(100 * time.Millisecond)
+		run.DoneCost(100 * time.Millisecond)
+		run, q = q[0], q[1:]
+		if !run.Admitted() {
+			t.Fatal("the queue's head did not run")
+		}
+	}
+	if got := th.drain.rate; math.Abs(got-1) > 0.01 {
+		t.Fatalf("drain rate %v, want 1", got)
+	}
+	// 12 queued, 1.2 s ahead of a SHEDDABLE arrival that must start
+	// within 1 s: refused at once, the queue's cost bound far away.
+	st := th.Stats()
+	if _, err := th.Enter(r, Sheddable, 0); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("SHEDDABLE arrival with 1.2 s of work ahead and 1 s to wait: %v", err)
+	}
+	if st2 := th.Stats(); st2.Refused[Sheddable] != st.Refused[Sheddable]+1 || st2.Queued != st.Queued {
+		t.Errorf("refusal not booked or queue changed: %+v -> %+v", st, st2)
+	}
+	// A CRITICAL arrival has nothing ahead at its level: queued, and
+	// runs next.
+	crit := enter(t, th, r, Critical)
+	m.Advance(100 * time.Millisecond)
+	run.DoneCost(100 * time.Millisecond)
+	if !crit.Admitted() {
+		t.Fatal("the CRITICAL request did not run next")
+	}
+	// CRITICAL and above are never refused on the prediction (on a shared
+	// host the rate swings 2-3× within seconds; a CRITICAL request waits
+	// to its deadline rather than be refused on an estimate): one whose
+	// own deadline is 50 ms away, behind 100 ms of CRITICAL work, is
+	// queued; a SHEDDABLE_PLUS one in the same place is refused.
+	enter(t, th, r, Critical)
+	late, err := th.Enter(r, Critical, m.NowMicro()+50_000)
+	if err != nil {
+		t.Fatalf("CRITICAL with 50 ms to live behind 100 ms of CRITICAL work: %v", err)
+	}
+	wantState(t, "late CRITICAL", late, waiting)
+	if _, err := th.Enter(r, SheddablePlus, m.NowMicro()+50_000); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("SHEDDABLE_PLUS with 50 ms to live behind 200 ms of CRITICAL work: %v", err)
+	}
+	// Once the queue is short enough, SHEDDABLE arrivals are queued
+	// again: withdraw all but 5 (0.7 s ahead with the two CRITICAL).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tk := range q[5:] {
+		tk.Wait(ctx) //nolint:errcheck
+	}
+	if _, err := th.Enter(r, Sheddable, 0); err != nil {
+		t.Fatalf("SHEDDABLE arrival with 0.7 s ahead: %v", err)
+	}
+}
+
+// A CRITICAL arrival that pushes queued SHEDDABLE requests past their
+// deadline evicts them at once (their callers hear it now, not at the
+// deadline), the newest first and only those: not before the drain rate
+// is measured, and not those that still fit.
+func TestDropPushedBack(t *testing.T) {
+	th, m := newManual(t, Config{Limit: 1, MaxQueueCost: 10 * time.Second, MaxWait: time.Second})
+	r, dear := route("/r"), route("/dear")
+	train(t, th, dear, 150*time.Millisecond)
+	train(t, th, r, 100*time.Millisecond)
+	run := enter(t, th, r, Sheddable)
+	var q []*Ticket
+	for range 12 {
+		q = append(q, enter(t, th, r, Sheddable))
+	}
+	// Before the rate is known a CRITICAL arrival pushes 1.2 s of
+	// SHEDDABLE work back (deadline 1 s) and evicts nothing.
+	c0 := enter(t, th, dear, Critical)
+	if st := th.Stats(); st.Evicted[Sheddable] != 0 {
+		t.Fatalf("evicted %d before the drain rate was measured", st.Evicted[Sheddable])
+	}
+	// Saturated completions at 1 CPU: at 100 ms, the CRITICAL one
+	// runs first, to 250 ms, then two SHEDDABLE ones of 100 ms.
+	m.Advance(100 * time.Millisecond)
+	run.DoneCost(100 * time.Millisecond)
+	if !c0.Admitted() {
+		t.Fatal("CRITICAL not dispatched first")
+	}
+	m.Advance(150 * time.Millisecond)
+	c0.DoneCost(150 * time.Millisecond)
+	run, q = q[0], q[1:]
+	for range 2 {
+		m.Advance(100 * time.Millisecond)
+		run.DoneCost(100 * time.Millisecond)
+		run, q = q[0], q[1:]
+	}
+	if got := th.drain.rate; math.Abs(got-1) > 0.01 {
+		t.Fatalf("drain rate %v, want 1", got)
+	}
+	// t = 450 ms, 550 ms left to the SHEDDABLE ones' deadline. Keep 4
+	// queued: the newest has 0.3 s ahead.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tk := range q[4:] {
+		tk.Wait(ctx) //nolint:errcheck
+	}
+	q = q[:4]
+	// A CRITICAL arrival of 150 ms: the newest has 0.45 s ahead, fits.
+	enter(t, th, dear, Critical)
+	for i, tk := range q {
+		wantState(t, fmt.Sprintf("q[%d] after one CRITICAL", i), tk, waiting)
+	}
+	// Another: 0.6 s ahead of the newest (evicted), 0.5 s of the next
+	// (kept).
+	enter(t, th, dear, Critical)
+	for i, tk := range q {
+		want := waiting
+		if i == 3 {
+			want = evicted
+		}
+		wantState(t, fmt.Sprintf("q[%d] after two CRITICAL", i), tk, want)
+	}
+	if err := q[3].Wait(ctx); !errors.Is(err, ErrEvicted) {
+		t.Errorf("Wait of the evicted: %v", err)
+	}
+	if st := th.Stats(); st.Evicted[Sheddable] != 1 || st.Queued != 5 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// The predicted wait of a request counts the more critical work that
+// keeps arriving (it is dispatched first): with the server draining
+// 1 CPU and CRITICAL work joining at 0.5 CPU, a SHEDDABLE arrival with
+// 0.6 s ahead and 1 s to live is refused at once (it gets 0.5 s of the
+// server by then), where the drain rate alone would queue it.
+func TestPredictedWaitCountsMoreCritical(t *testing.T) {
+	th, m := newManual(t, Config{Limit: 1, MaxQueueCost: 10 * time.Second, MaxWait: time.Second})
+	r, half := route("/r"), route("/half")
+	train(t, th, half, 50*time.Millisecond)
+	train(t, th, r, 100*time.Millisecond)
+	all := []*Ticket{enter(t, th, r, Sheddable)}
+	for range 6 {
+		all = append(all, enter(t, th, r, Sheddable))
+	}
+	for range 2 { // every 100 ms: 50 ms of CRITICAL work joins, 100 ms completes
+		m.Advance(100 * time.Millisecond)
+		all = append(all, enter(t, th, half, Critical))
+		for _, tk := range all {
+			if state(tk) == admitted {
+				tk.DoneCost(100 * time.Millisecond)
+				break
+			}
+		}
+	}
+	if d := th.drain; math.Abs(d.rate-1) > 0.01 || math.Abs(d.arrival[Critical]-0.5) > 0.01 || d.arrival[Sheddable] != 0 {
+		t.Fatalf("drain %v, CRITICAL joining %v, SHEDDABLE joining %v; want 1, 0.5, 0", d.rate, d.arrival[Critical], d.arrival[Sheddable])
+	}
+	if st := th.Stats(); st.Queued != 6 || st.QueuedCost != 600*time.Millisecond {
+		t.Fatalf("queue %+v, want the 6 SHEDDABLE", st)
+	}
+	if _, err := th.Enter(r, Sheddable, 0); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("SHEDDABLE with 0.6 s ahead, 1 s to live, 0.5 CPU for its level: %v", err)
 	}
 }

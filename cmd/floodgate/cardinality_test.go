@@ -15,8 +15,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// The rules of the cardinality test: D = 1 domain, R = 4 limits, one of
-// them (user) with detailed_metric.
+// The rules of the cardinality test: D = 1 domain, R = 5 limits, one of
+// them (user) with detailed_metric, one (soft) in mode: soft.
 const cardinalityRules = `domain: card
 descriptors:
   - key: user
@@ -27,6 +27,8 @@ descriptors:
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: soft
+    rate_limit: {unit: hour, requests_per_unit: 1, mode: soft, soft_percent: 100}
   - key: path
     descriptors:
       - key: ip
@@ -39,13 +41,14 @@ descriptors:
 // invalid request under domain "".
 func cardinalityBounds(d, r, t int) map[string]int {
 	return map[string]int{
-		"floodgate_requests_total":            3*(d+1) + 1,
-		"floodgate_request_duration_seconds":  15 * (d + 1), // 12 buckets, +Inf, _sum, _count
-		"floodgate_decisions_total":           8 * (r + d),
-		"floodgate_top_value_decisions":       2 * 101 * t,
-		"floodgate_rule_reloads_total":        2,
-		"floodgate_rule_domains":              1,
-		"floodgate_admin_auth_failures_total": 2,
+		"floodgate_requests_total":             3*(d+1) + 1,
+		"floodgate_request_duration_seconds":   15 * (d + 1), // 12 buckets, +Inf, _sum, _count
+		"floodgate_decisions_total":            8 * (r + d),
+		"floodgate_soft_limit_crossings_total": r,
+		"floodgate_top_value_decisions":        2 * 101 * t,
+		"floodgate_rule_reloads_total":         2,
+		"floodgate_rule_domains":               1,
+		"floodgate_admin_auth_failures_total":  2,
 	}
 }
 
@@ -68,7 +71,7 @@ func TestServeMetricsCardinalityBounded(t *testing.T) {
 	var ds []*rlcommon.RateLimitDescriptor
 	for i := range cardinalityFloodSize {
 		v := fmt.Sprintf("v%05d", i)
-		ds = append(ds, desc("user", v), desc("ip", v), desc("shadow", v), desc("path", v, "ip", v),
+		ds = append(ds, desc("user", v), desc("ip", v), desc("shadow", v), desc("soft", v), desc("soft", v), desc("path", v, "ip", v),
 			desc(fmt.Sprintf("unknownkey%05d", i), v))
 	}
 	for len(ds) > 0 {
@@ -114,13 +117,16 @@ func TestServeMetricsCardinalityBounded(t *testing.T) {
 		series[name]++
 		total++
 	}
-	bounds := cardinalityBounds(1, 4, 1)
+	bounds := cardinalityBounds(1, 5, 1)
 	sum := 0
 	for name, b := range bounds {
 		sum += b
 		if series[name] > b {
 			t.Errorf("%s: %d series, bound %d", name, series[name], b)
 		}
+	}
+	if series["floodgate_soft_limit_crossings_total"] != 1 {
+		t.Errorf("floodgate_soft_limit_crossings_total: %d series, want 1: the flood crossed the soft rule's soft line", series["floodgate_soft_limit_crossings_total"])
 	}
 	if series["floodgate_top_value_decisions"] < 100 {
 		t.Errorf("floodgate_top_value_decisions: %d series: the flood did not reach the summary", series["floodgate_top_value_decisions"])

@@ -43,6 +43,13 @@ func envInt(name string, def int) int {
 	return def
 }
 
+func envFloat(name string, def float64) float64 {
+	if f, err := strconv.ParseFloat(envString(name, ""), 64); err == nil {
+		return f
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(envString(name, "")); err == nil {
 		return d
@@ -92,7 +99,8 @@ type commonConfig struct {
 	nearCache                        bool          // a Redis store's near cache (redisstore.Options.NoNearCache, inverted)
 	writeBackInterval                time.Duration // redisstore.Options.WriteBackInterval
 	journal                          journalConfig
-	noDashboard                      bool // no /dashboard/ on the admin listener (dashboard.go)
+	trace                            traceConfig // --trace-file, --trace-sample (tracing.go)
+	noDashboard                      bool        // no /dashboard/ on the admin listener (dashboard.go)
 
 	busy busyHostConfig // the adaptive store timeout's ceiling, /readyz's hysteresis (busyhost.go)
 	// sigs receives SIGTERM, SIGINT and SIGHUP from the moment the command
@@ -123,6 +131,7 @@ func (c *commonConfig) register(fs *flag.FlagSet, dataUse, adminDefault string) 
 	}
 	fs.BoolVar(&c.nearCache, "store-near-cache", c.nearCache, "Redis store: refuse a key that Redis refused until its retry time without asking Redis again (never admits more; floodgate_store_near_cache_hits_total) [FLOODGATE_STORE_NEAR_CACHE]")
 	c.busy.register(fs)
+	c.trace.register(fs)
 	fs.BoolVar(&c.noDashboard, "no-dashboard", envBool("NO_DASHBOARD"), "serve no dashboard at /dashboard/ on the admin listener, and record no decision history for it [FLOODGATE_NO_DASHBOARD]")
 }
 
@@ -138,6 +147,9 @@ func (c *commonConfig) prepare(log *slog.Logger) error {
 		return fmt.Errorf("--write-back-interval %v: want more than 0", c.writeBackInterval)
 	case c.storeTimeout <= 0:
 		return fmt.Errorf("--store-timeout %v: want more than 0", c.storeTimeout)
+	}
+	if err := c.trace.check(); err != nil {
+		return err
 	}
 	if err := c.busy.check(); err != nil {
 		return err

@@ -83,7 +83,7 @@ func TestProxyDeferSurvivesKill(t *testing.T) {
 	defer up.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", deferRules)
-	args := []string{"--store", "redis://" + srv.Addr, "--defer-claim-idle", "1s"}
+	args := []string{"--store", "redis://" + srv.Addr, "--defer-claim-idle", "1s", "--defer-poll-rate", "1000"} // polled every 20 ms
 	a := startProxy(t, up.URL, dir, args...)
 	base := "http://" + a.addrs["proxy"]
 	post := func(path, body string) *http.Response {
@@ -191,6 +191,18 @@ func TestProxyDeferHostile(t *testing.T) {
 		if st, _, _ := proxyGet(t, base+path); st != http.StatusNotFound {
 			t.Errorf("poll %.60q: %d, want 404", path, st)
 		}
+	}
+	// polls past --defer-poll-rate (10 a second, 20 at once) are 429
+	codes := map[int]int{}
+	for range 40 {
+		st, h, _ := proxyGet(t, base+"/_floodgate/deferred/edge/orders/1-1.000000000000000000000000")
+		codes[st]++
+		if st == http.StatusTooManyRequests && h.Get("Retry-After") != "1" {
+			t.Errorf("a poll over the rate: Retry-After %q", h.Get("Retry-After"))
+		}
+	}
+	if codes[http.StatusTooManyRequests] < 10 || codes[http.StatusNotFound]+codes[http.StatusTooManyRequests] != 40 {
+		t.Errorf("40 polls at once: %v; want at least 10 × 429, the rest 404", codes)
 	}
 	if st, _, _ := proxyGet(t, base+"/healthz-not-limited"); st != http.StatusOK {
 		t.Errorf("the proxy stopped serving: %d", st)

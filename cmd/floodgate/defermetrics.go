@@ -15,6 +15,7 @@ import (
 //
 //	floodgate_defer_queue_length{queue}        requests queued, not yet delivered
 //	floodgate_defer_oldest_age_seconds{queue}  how long the oldest of them has waited (0: none)
+//	floodgate_defer_dead_letters{queue}        requests whose delivery failed 5 times (deferq.Options.MaxDeliveries), kept in the dead-letter stream (at most 1000)
 //
 // The queues are those of the rules loaded last; a queue Redis could not
 // be asked about is left out of that scrape (and counted in
@@ -22,7 +23,7 @@ import (
 type deferMetrics struct {
 	dw                *deferWorkers
 	timeout           time.Duration
-	length, age, errs *prometheus.Desc
+	length, age, dead *prometheus.Desc
 	errCount          prometheus.Counter
 }
 
@@ -32,6 +33,8 @@ func newDeferMetrics(dw *deferWorkers) *deferMetrics {
 			"Deferred requests queued (action defer), not yet delivered, by queue (the defer limit's name).", []string{"queue"}, nil),
 		age: prometheus.NewDesc("floodgate_defer_oldest_age_seconds",
 			"How long the oldest deferred request still queued has waited (by Redis's clock when it was accepted; 0 if none), by queue.", []string{"queue"}, nil),
+		dead: prometheus.NewDesc("floodgate_defer_dead_letters",
+			"Deferred requests whose delivery failed too many times (a transport error, a worker that died), moved to the queue's dead-letter stream (its newest 1000 kept), by queue.", []string{"queue"}, nil),
 		errCount: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_defer_scrape_errors_total",
 			Help: "Scrapes of a deferred queue's length or age that Redis did not answer (the queue was left out of that scrape)."}),
 	}
@@ -41,6 +44,7 @@ func newDeferMetrics(dw *deferWorkers) *deferMetrics {
 func (m *deferMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.length
 	ch <- m.age
+	ch <- m.dead
 	m.errCount.Describe(ch)
 }
 
@@ -59,12 +63,18 @@ func (m *deferMetrics) Collect(ch chan<- prometheus.Metric) {
 			m.errCount.Inc()
 			continue
 		}
+		dead, err := q.DeadLen(ctx)
+		if err != nil {
+			m.errCount.Inc()
+			continue
+		}
 		age := 0.0
 		if ok {
 			age = max(0, time.Since(oldest).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(m.length, prometheus.GaugeValue, float64(n), q.Name())
 		ch <- prometheus.MustNewConstMetric(m.age, prometheus.GaugeValue, age, q.Name())
+		ch <- prometheus.MustNewConstMetric(m.dead, prometheus.GaugeValue, float64(dead), q.Name())
 	}
 	m.errCount.Collect(ch)
 }

@@ -60,6 +60,9 @@ func TestProxyDeferMetrics(t *testing.T) {
 	if l, a := scrape(); l != 0 || a != 0 {
 		t.Fatalf("empty queue: length %v age %v, want 0 and 0", l, a)
 	}
+	if _, _, m := proxyGet(t, admin); deferGauge(t, m, "floodgate_defer_dead_letters") != 0 {
+		t.Fatalf("dead letters of an empty queue: %v, want 0", deferGauge(t, m, "floodgate_defer_dead_letters"))
+	}
 	for i := range 4 {
 		resp, err := http.Post(base+"/orders/x", "text/plain", strings.NewReader("b"))
 		if err != nil {

@@ -27,6 +27,7 @@ type deferWorkers struct {
 	client    rueidis.Client // nil without --store redis
 	upstream  string
 	claimIdle time.Duration
+	pollRate  float64 // --defer-poll-rate
 	log       *slog.Logger
 	consumer  string
 
@@ -62,7 +63,7 @@ func (d *deferWorkers) build(cfg *rules.Config, limits []gate.Limit) (map[string
 			continue
 		}
 		q, err := deferq.New(d.client, deferq.Options{Name: l.Name, Interval: l.DeferInterval(), MaxLen: l.Defer.MaxQueue,
-			MaxBody: l.Defer.MaxBody, ResultTTL: l.Defer.ResultTTL, ClaimIdle: d.claimIdle})
+			MaxBody: l.Defer.MaxBody, ResultTTL: l.Defer.ResultTTL, ClaimIdle: d.claimIdle, PollRate: d.pollRate})
 		if err != nil {
 			return nil, fmt.Errorf("http route %s: %w", l.Name, err)
 		}

@@ -5,6 +5,9 @@
 //	floodgate validate DIR|FILE...  check rule files without starting
 //	floodgate check [flags]         ask a running server about a descriptor
 //	floodgate bench [flags]         drive ShouldRateLimit and report throughput and latency
+//	floodgate inspect|reset ...     a key's state on a running server, or forget it (admin API)
+//	floodgate top [flags]           the heaviest keys per rule, live (admin API)
+//	floodgate overrides ...         get, set, delete, list, import and export per-key overrides (admin API)
 //	floodgate version               print the version
 package main
 
@@ -43,10 +46,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(args[1:], stdout, stderr)
 	case "bench":
 		return loadgen.Main(args[1:], stdout, stderr)
+	case "inspect":
+		return inspectCommand(args[1:], stdout, stderr)
+	case "reset":
+		return resetCommand(args[1:], stdout, stderr)
+	case "top":
+		return topCommand(args[1:], stdout, stderr)
+	case "overrides":
+		return overridesCommand(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "floodgate %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
 	case "help", "--help", "-h":
+		if len(args) > 1 && args[1] != "help" {
+			// a command's own help, on stdout: its flags and exit codes
+			return run(append(args[1:], "-h"), stdout, stdout)
+		}
 		usage(stdout)
 		return 0
 	}
@@ -75,7 +90,11 @@ commands:
   check      ask a running server: floodgate check --domain D --descriptor key=value
              or for a capacity lease: floodgate check --capacity RESOURCE --wants N
   bench      load-test a server's ShouldRateLimit (floodgate bench -h)
+  inspect    a key's state and next decision: floodgate inspect --domain D key=value...
+  reset      forget a key's state: floodgate reset --domain D key=value...
+  top        the heaviest keys per rule, live: floodgate top [--domain D] [--rule R] [--watch]
+  overrides  per-key overrides: floodgate overrides get|set|delete|list|import FILE|export
   version    print the version and exit
-  help       print this help
+  help       print this help; floodgate help CMD: a command's flags and exit codes
 `)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -51,6 +52,9 @@ type proxyConfig struct {
 	// deferClaimIdle is how long a deferred request a worker took may go
 	// unfinished before another worker claims it.
 	deferClaimIdle time.Duration
+	// deferPollRate bounds each client's polls of deferred requests, a
+	// second (deferq.Options.PollRate).
+	deferPollRate float64
 }
 
 func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
@@ -71,6 +75,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", envDuration("UPSTREAM_TIMEOUT", 60*time.Second), "how long the upstream may take to send a response's header once it has the request, else 504; a response whose header came is never cut (it may stream for as long as it lasts); 0: no limit [FLOODGATE_UPSTREAM_TIMEOUT]")
 	fs.DurationVar(&c.bodyTimeout, "client-body-timeout", envDuration("CLIENT_BODY_TIMEOUT", 60*time.Second), "how long a client may leave its request's body without sending more (between two reads, as nginx's client_body_timeout), else 408 and the connection closes; 0: no limit [FLOODGATE_CLIENT_BODY_TIMEOUT]")
+	fs.Float64Var(&c.deferPollRate, "defer-poll-rate", envFloat("DEFER_POLL_RATE", 10), "action defer: the polls of deferred requests one client address may make a second (twice as many in a burst); more are answered 429 without asking Redis; negative: no bound (--trusted-proxies are not bounded by address) [FLOODGATE_DEFER_POLL_RATE]")
 	fs.DurationVar(&c.deferClaimIdle, "defer-claim-idle", envDuration("DEFER_CLAIM_IDLE", 30*time.Second), "action defer: how long a deferred request's delivery may go unfinished (a worker died, the upstream did not answer) before another worker delivers it again; also the delivery's timeout [FLOODGATE_DEFER_CLAIM_IDLE]")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -92,6 +97,9 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	}
 	if err := c.throttle.check(); err != nil {
 		return nil, err
+	}
+	if r := c.deferPollRate; math.IsNaN(r) || math.IsInf(r, 0) || r >= 0 && r < 0.001 {
+		return nil, fmt.Errorf("proxy: --defer-poll-rate %v: want polls a second (at least 0.001), or negative for no bound", r)
 	}
 	return c, nil
 }
@@ -121,6 +129,12 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if err := c.prepare(log); err != nil {
 		return err
 	}
+	tp, stopTracing, err := c.trace.provider(os.Stderr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	c.trace.tp = tp // the gates' (gateBuilder)
 	metrics := service.NewMetrics()
 	pm := proxy.NewMetrics()
 	for _, col := range pm.Collectors() {
@@ -166,6 +180,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		rc = st.redis.Client()
 	}
 	dw := newDeferWorkers(rc, c.upstream, c.deferClaimIdle, log)
+	dw.pollRate = c.deferPollRate
 	defer dw.stop()
 	if rc != nil {
 		if err := metrics.Register(newDeferMetrics(dw)); err != nil {
@@ -184,7 +199,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		}
 	}
 	loader := &ruleLoader{dir: c.rulesDir, log: log, metrics: metrics, files: map[string]*rules.Domain{},
-		opts: rules.Options{CalendarMonth: c.calendarMonth}, onLoad: onLoad}
+		opts: c.throttle.rulesOptions(th, c.calendarMonth), onLoad: onLoad}
 	cfg, err := loader.load() // builds the gate (onLoad)
 	if err != nil {
 		return err
@@ -282,7 +297,7 @@ func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr ov
 		g, err := gate.New(gate.Config{
 			Limits: limits, Store: store, Rules: cfg, Overrides: overrides.Lookup(ovr), FailClosed: c.failClosed, Logger: log,
 			Clock:    proxy.Clock(clock.Coarse), // a delay ends early when its client leaves
-			ClientIP: clientIP,
+			ClientIP: clientIP, TracerProvider: c.trace.tp,
 		})
 		if err != nil {
 			return err

@@ -22,7 +22,7 @@ import (
 // is no throttler.
 func TestThrottleFlags(t *testing.T) {
 	for _, args := range [][]string{{"--throttle-max-inflight", "-1"}, {"--throttle-queue-cost", "-1ms"},
-		{"--throttle-max-wait", "-1s"}, {"--criticality-header", ""}} {
+		{"--throttle-max-wait", "-1s"}, {"--criticality-header", ""}, {"--throttle-spare", "0"}, {"--throttle-spare", "1.5"}, {"--throttle-spare", "NaN"}, {"--defer-poll-rate", "0"}, {"--defer-poll-rate", "NaN"}} {
 		if _, err := proxyFlags(append([]string{"--upstream", "http://127.0.0.1:1"}, args...), io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}
@@ -37,12 +37,14 @@ func TestThrottleFlags(t *testing.T) {
 	}
 }
 
-// throttleRules: /limited/ allows one request an hour per client.
+// throttleRules: /limited/ allows one request an hour per client, at
+// criticality SHEDDABLE at most.
 const throttleRules = `domain: edge
 http:
   - name: limited
     match: {path_prefix: /limited/}
     key: [remote_address]
+    criticality: SHEDDABLE
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}
 `
 
@@ -145,7 +147,7 @@ func (r *throttleRig) fill() []string {
 }
 
 // TestProxyThrottleShedsByCriticality runs the binary with a throttler of
-// one request in flight and a queue of 2.5 ms of predicted cost (how many
+// one request in flight and a queue of 20 ms of predicted cost (how many
 // requests fit depends on the cost measured for the first) in front of
 // an upstream that holds every request until released:
 //   - a queued client that leaves gives its place back (canceled);
@@ -153,7 +155,9 @@ func (r *throttleRig) fill() []string {
 //     with 503 and Retry-After, never reaching the upstream;
 //   - a CRITICAL arrival evicts the newest SHEDDABLE (503) and runs once
 //     the upstream answers;
-//   - a quota refusal stays 429 while the queue is full;
+//   - a request over its quota is shed at the full queue (503: the
+//     throttler is asked before the gate), claiming CRITICAL_PLUS in vain
+//     on its SHEDDABLE route, and is 429 once the server is idle;
 //   - afterwards nothing is in flight or queued, the upstream saw exactly
 //     the admitted requests, and the proxy's goroutines are back.
 func TestProxyThrottleShedsByCriticality(t *testing.T) {
@@ -175,7 +179,7 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 	defer unhold() // before up.Close, which waits for held requests on a failure
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", throttleRules)
-	p := startProxy(t, up.URL, dir, "--throttle-max-inflight", "1", "--throttle-queue-cost", "2500us", "--throttle-max-wait", "60s")
+	p := startProxy(t, up.URL, dir, "--throttle-max-inflight", "1", "--throttle-queue-cost", "20ms", "--throttle-max-wait", "60s")
 	r := &throttleRig{t: t, p: p, base: "http://" + p.addrs["proxy"], admin: "http://" + p.addrs["admin"] + "/metrics",
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, results: make(chan throttleResult, 256)}
 	base := r.base
@@ -205,8 +209,9 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 	if res := r.next(); res.name != newest || res.status != 503 {
 		t.Fatalf("CRITICAL at a full queue: %+v; want %s evicted with 503", res, newest)
 	}
-	if st, _, _ := proxyGet(t, base+"/limited/b"); st != 429 {
-		t.Errorf("over quota while the throttler is full: %d, want 429", st)
+	go r.send("L", "/limited/b", "CRITICAL_PLUS") // its route caps it at SHEDDABLE
+	if res := r.next(); res.name != "L" || res.status != 503 {
+		t.Errorf("over quota while the throttler is full: %+v, want 503 (shed before the gate)", res)
 	}
 	if q := r.gauge("floodgate_throttle_queue_length"); q != float64(len(queued)) {
 		t.Errorf("queue after the eviction: %v, want %d", q, len(queued))
@@ -223,15 +228,18 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 		}
 	}
 	r.waitGauge("floodgate_throttle_in_flight", 0)
+	if st, _, _ := proxyGet(t, base+"/limited/b"); st != 429 {
+		t.Errorf("over quota, the throttler idle: %d, want 429", st)
+	}
 	m := r.scrape()
 	for sample, want := range map[string]float64{
 		"floodgate_throttle_queue_length":                                            0,
-		`floodgate_throttle_shed_total{criticality="SHEDDABLE",reason="queue_full"}`: 1,
+		`floodgate_throttle_shed_total{criticality="SHEDDABLE",reason="queue_full"}`: 2,
 		`floodgate_throttle_shed_total{criticality="SHEDDABLE",reason="evicted"}`:    1,
 		`floodgate_throttle_shed_total{criticality="SHEDDABLE",reason="canceled"}`:   1,
 		`floodgate_throttle_shed_total{criticality="CRITICAL",reason="queue_full"}`:  0,
-		"floodgate_throttle_admitted_total":                                          float64(len(queued) + 2), // /limited/a, A, C, the queued but the evicted
-		"floodgate_throttle_completions_total":                                       float64(len(queued) + 2),
+		"floodgate_throttle_admitted_total":                                          float64(len(queued) + 3), // /limited/a, A, C, the queued but the evicted, the last /limited/b
+		"floodgate_throttle_completions_total":                                       float64(len(queued) + 2), // the refused /limited/b released, not completed
 		`floodgate_proxy_requests_total{outcome="refused"}`:                          1,
 	} {
 		if v := sampleValue(t, m, sample); v != want {
@@ -243,14 +251,16 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 	if n := arrived.Load(); n != int64(len(queued)+2) {
 		t.Errorf("the upstream saw %d requests, want %d", n, len(queued)+2)
 	}
-	redistest.WaitFor(t, 10*time.Second, "the proxy's goroutines back", func() bool { return r.gauge("go_goroutines") <= goroutines+2 })
+	// fasthttp keeps an idle worker goroutine for 10 s
+	// (MaxIdleWorkerDuration) after its connection's last request
+	redistest.WaitFor(t, 30*time.Second, "the proxy's goroutines back", func() bool { return r.gauge("go_goroutines") <= goroutines+2 })
 }
 
 // TestProxyThrottleShedBodyCloses: with no queue (--throttle-queue-cost
 // 0) and the one slot held, a POST with a 100 kB body is shed with 503
-// and the connection closes: neither the requests inside its body nor
-// the one after it are read as requests. (The 503 is sent only once the
-// body has been read: see docs/THROTTLE.md, "Not done".)
+// (on its header: internal/proxy's TestShedOnHeader) and the connection
+// closes: neither the requests inside its body nor the one after it are
+// read as requests.
 func TestProxyThrottleShedBodyCloses(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
@@ -296,5 +306,72 @@ func TestProxyThrottleShedBodyCloses(t *testing.T) {
 	defer mu.Unlock()
 	if len(paths) != 1 || paths[0] != "/held" {
 		t.Errorf("the upstream saw %v; want only /held", paths)
+	}
+}
+
+// elasticRules: /e/ allows 2 requests a minute per X-Client, up to 4
+// while the throttler has spare capacity.
+const elasticRules = `domain: edge
+http:
+  - name: elastic
+    match: {path_prefix: /e/}
+    key: [{header: X-Client}]
+    rate_limit: {unit: minute, requests_per_unit: 2, mode: elastic, elastic_ceiling: 4}
+`
+
+// TestProxyElasticFollowsThrottler: the binary with 4 throttler slots and
+// --throttle-spare 0.5 feeds the rules file's elastic limit: a client
+// gets 4 of 6 through while the proxy is idle, 2 of 6 while 2 requests
+// are held by the upstream (3 in flight with the one decided), and 4
+// again once they are answered. Without a throttler the rules file's
+// elastic mode is refused (rules' errors_test).
+func TestProxyElasticFollowsThrottler(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan struct{}, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held" {
+			held <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer up.Close()
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", elasticRules)
+	p := startProxy(t, up.URL, dir, "--throttle-max-inflight", "4", "--throttle-spare", "0.5")
+	base := "http://" + p.addrs["proxy"]
+	passed := func(client string) int {
+		n := 0
+		for range 6 {
+			if st, _, _ := proxyGet(t, base+"/e/x", "X-Client", client); st == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := passed("c1"); n != 4 {
+		t.Errorf("idle: %d of 6 passed, want 4 (the elastic ceiling)", n)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { proxyGet(t, base+"/held") })
+		select {
+		case <-held:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the held request did not reach the upstream")
+		}
+	}
+	if n := passed("c2"); n != 2 {
+		t.Errorf("2 of 4 slots held: %d of 6 passed, want 2 (the limit)", n)
+	}
+	unhold()
+	wg.Wait()
+	if n := passed("c3"); n != 4 {
+		t.Errorf("idle again: %d of 6 passed, want 4", n)
 	}
 }

@@ -37,6 +37,7 @@ type serveConfig struct {
 	tlsCert, tlsKey, tlsClientCA   string
 	allowRequestLimits, xRateLimit bool
 	noRateLimit, shadowMode        bool
+	record                         recordConfig   // the what-if recorder (--record-*)
 	capacity                       capacityConfig // capacity leases (capacity.go)
 }
 
@@ -56,8 +57,12 @@ func serveFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.xRateLimit, "x-ratelimit-headers", envBool("X_RATELIMIT_HEADERS"), "add X-RateLimit-Limit/Remaining/Reset headers [FLOODGATE_X_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.noRateLimit, "no-ratelimit-headers", envBool("NO_RATELIMIT_HEADERS"), "leave out the RateLimit-Policy, RateLimit and Retry-After headers (they name the rules to clients) [FLOODGATE_NO_RATELIMIT_HEADERS]")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", envBool("SHADOW_MODE"), "every limit in shadow mode: decide, count and report, refuse nothing (envoyproxy/ratelimit's SHADOW_MODE) [FLOODGATE_SHADOW_MODE]")
+	c.record.register(fs)
 	c.capacity.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := c.record.check(); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -154,13 +159,18 @@ func runServe(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := c.trace.provider(os.Stderr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the drain: the last decisions' spans are written
 	st, err := c.openStores(log, metrics)
 	if err != nil {
 		return err
 	}
 	svc := service.New(cfg, service.Options{Store: st.store, Overrides: st.overrides, OverrideTimeout: c.storeTimeout, AllowRequestLimits: c.allowRequestLimits,
-		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log,
-		RecordDecisions: !c.noDashboard})
+		XRateLimitHeaders: c.xRateLimit, NoRateLimitHeaders: c.noRateLimit, ShadowMode: c.shadowMode, Metrics: metrics, Logger: log, TracerProvider: tp,
+		Record: c.record.options(rules.Options{CalendarMonth: c.calendarMonth}), RecordDecisions: !c.noDashboard})
 	loader.svc = svc
 	dash := c.newDashboard(svc, st, loader)
 	srv, err := c.newServers(svc, metrics, st.ready, dash, log)

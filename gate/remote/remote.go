@@ -18,7 +18,10 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate"
@@ -88,6 +91,15 @@ func (c *Client) Decide(ctx context.Context, descriptors []gate.Descriptor) (gat
 		req.Descriptors[i] = d
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		// the service's span continues the caller's trace (the gate's
+		// span when it traces): W3C traceparent in the call's metadata
+		mc := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, mc)
+		for k, v := range mc {
+			cctx = metadata.AppendToOutgoingContext(cctx, k, v)
+		}
+	}
 	resp, err := c.rls.ShouldRateLimit(cctx, req)
 	cancel()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -25,6 +26,12 @@ import (
 // and returns a client of it.
 func serve(t *testing.T, rulesYAML string) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return serveTraced(t, rulesYAML, nil)
+}
+
+// serveTraced is serve, the service tracing to tp.
+func serveTraced(t *testing.T, rulesYAML string, tp trace.TracerProvider) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	d, err := rules.Parse("remote.yaml", []byte(rulesYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +46,7 @@ func serve(t *testing.T, rulesYAML string) rlsv3.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ms.Close() })
-	svc := service.New(cfg, service.Options{Store: ms, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	svc := service.New(cfg, service.Options{Store: ms, Clock: clk, Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
 	gs := grpc.NewServer()
 	svc.RegisterGRPC(gs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/throttle"
 )
 
 // peerListener remembers each connection's remote address as a string,
@@ -74,6 +75,11 @@ type pendingVerdict struct {
 	// skipped: a refused request's body was left unread (fasthttp was
 	// told it has none): the connection closes after the answer.
 	skipped bool
+	// tk is the throttler's admission of an allowed request (nil: no
+	// throttler, or not throttled), Done once it is forwarded; shed, why
+	// the throttler refused it (it never reached the gate).
+	tk   *throttle.Ticket
+	shed error
 }
 
 // Read hands out what watch read ahead first. While a header is awaited,

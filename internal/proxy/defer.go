@@ -57,8 +57,10 @@ func (p *Proxy) isPoll(ctx *fasthttp.RequestCtx) bool {
 }
 
 // servePoll answers a poll of a deferred request: 202 pending, the
-// stored response, 404 unknown or expired, 503 Redis unavailable.
-func (p *Proxy) servePoll(ctx *fasthttp.RequestCtx) {
+// stored response, 404 unknown or expired, 503 Redis unavailable (or
+// too many polls under way), 429 for a client polling faster than the
+// queue's PollRate (deferq.Queue.PollStatus: neither asks Redis).
+func (p *Proxy) servePoll(ctx *fasthttp.RequestCtx, pc *peerConn) {
 	ds := p.defers.Load()
 	// The raw target had the prefix; the normalized path ("/../" taken
 	// out) may not.
@@ -76,8 +78,16 @@ func (p *Proxy) servePoll(ctx *fasthttp.RequestCtx) {
 		resp.SetBodyString("no such deferred request\n")
 		return
 	}
-	st, res, err := q.Status(ctx, rest[i+1:])
+	client := pc.host // a trusted proxy's polls carry many clients: PollConcurrency bounds them
+	if trustedPeer(p.trusted, pc.ip) {
+		client = ""
+	}
+	st, res, err := q.PollStatus(ctx, client, rest[i+1:])
 	switch {
+	case errors.Is(err, deferq.ErrPollRate):
+		resp.Header.Set("Retry-After", "1")
+		resp.SetStatusCode(http.StatusTooManyRequests)
+		resp.SetBodyString("too many polls; retry later\n")
 	case err != nil:
 		resp.Header.Set("Retry-After", "1")
 		resp.SetStatusCode(http.StatusServiceUnavailable)
@@ -113,6 +123,9 @@ func (p *Proxy) deferRequest(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Ver
 		return
 	}
 	r.URL = u
+	// as a forwarded request: the client's address in X-Forwarded-For (a
+	// client's own forwarding headers dropped unless it is a trusted proxy)
+	p.setForwarded(&ctx.Request.Header, pc, append([]byte(nil), ctx.Host()...))
 	for k, val := range ctx.Request.Header.All() {
 		r.Header.Add(string(k), string(val))
 	}

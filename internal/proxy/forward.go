@@ -36,6 +36,21 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, pc *peerConn) {
 	if !h.IsHTTP11() {
 		h.SetProtocol("HTTP/1.1")
 	}
+	p.setForwarded(h, pc, ctx.Host())
+	if p.rewrite {
+		p.rewriteURI(ctx)
+	}
+	if p.upTLS != nil {
+		ctx.Request.URI().SetScheme("https")
+	}
+}
+
+// setForwarded sets the forwarding headers of a request from pc for host
+// as httputil's ProxyRequest.SetXForwarded does: X-Forwarded-For extends
+// a trusted proxy's, and replaces an untrusted client's own (whose
+// Forwarded and X-Real-IP go too); X-Forwarded-Host and -Proto. A
+// forwarded request and a deferred one (deferRequest) carry the same.
+func (p *Proxy) setForwarded(h *fasthttp.RequestHeader, pc *peerConn, host []byte) {
 	h.DelBytes(hdrForwarded)
 	if trustedPeer(p.trusted, pc.ip) {
 		if prior := h.PeekAll("X-Forwarded-For"); len(prior) > 0 {
@@ -66,15 +81,9 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, pc *peerConn) {
 		}
 	}
 	h.DelBytes(hdrXFHost)
-	h.SetCanonical(hdrXFHost, ctx.Host())
+	h.SetCanonical(hdrXFHost, host)
 	h.DelBytes(hdrXFProto)
 	h.SetCanonical(hdrXFProto, valHTTP)
-	if p.rewrite {
-		p.rewriteURI(ctx)
-	}
-	if p.upTLS != nil {
-		ctx.Request.URI().SetScheme("https")
-	}
 }
 
 // rewriteURI joins the request's path and query to the upstream URL's, as

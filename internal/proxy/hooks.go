@@ -52,7 +52,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
 			bad.answer(ctx)
 		} else {
-			p.servePoll(ctx)
+			p.servePoll(ctx, pc)
 		}
 		if ambiguousFraming(&ctx.Request.Header) {
 			ctx.SetConnectionClose()
@@ -61,17 +61,22 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !pend.set {
-		pend.v, pend.bad = p.decide(ctx, pc)
+		pend = p.decide(ctx, pc)
 	}
 	if pend.bad != nil {
 		pend.bad.answer(ctx)
+		return
+	}
+	if pend.shed != nil {
+		p.shed(ctx, pend.shed, pend.skipped)
+		pc.awaitHeader()
 		return
 	}
 	v := pend.v
 	ambiguous := ambiguousFraming(&ctx.Request.Header)
 	switch q := p.deferQueue(v); {
 	case v.Allowed:
-		p.forwardAdmitted(ctx, pc, v)
+		p.forwardAdmitted(ctx, pc, v, pend.tk)
 	case q != nil && !pend.skipped:
 		p.deferRequest(ctx, pc, v, q)
 	default:
@@ -86,12 +91,17 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// decide runs the gate on a request's header (waiting out a delay
+// decide admits a request through the throttler, if there is one
+// (admitFirst), then runs the gate on its header (waiting out a delay
 // action) and counts its verdict; or, for a request the proxy must not
-// forward (checkRequest), returns why, and no verdict.
-func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict, bad *badRequest) {
-	if bad := checkRequest(&ctx.Request.Header, pc); bad != nil {
-		return nil, bad
+// forward (checkRequest), says why, with no verdict. A request the
+// throttler shed (pend.shed) never reaches the gate: it spends no quota.
+// One the gate refuses gives its throttler slot back at once; one it
+// allows holds it in pend.tk until it has been forwarded.
+func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (pend pendingVerdict) {
+	pend.set = true
+	if pend.bad = checkRequest(&ctx.Request.Header, pc); pend.bad != nil {
+		return pend
 	}
 	if len(ctx.Request.Header.Host()) == 0 {
 		// HTTP/1.0 may leave the Host out; the request goes on with the
@@ -105,21 +115,35 @@ func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (v *gate.Verdict,
 	rv.raw.Path = b2s(ctx.Path())
 	rv.raw.RawQuery = b2s(ctx.URI().QueryString())
 	req := gate.Request{Raw: &rv.raw, Peer: pc.addr, Ctx: &pc.gctx}
-	v = verdicts.Get().(*gate.Verdict)
-	p.gate.Load().Check(&req, v)
+	g := p.gate.Load()
+	if p.th != nil && !isUpgrade(&ctx.Request.Header) {
+		pend.tk, pend.shed = p.admitFirst(ctx, pc, g, &req)
+	}
+	if pend.shed == nil {
+		pend.v = verdicts.Get().(*gate.Verdict)
+		g.Check(&req, pend.v)
+	}
 	rv.ctx, rv.raw.Method, rv.raw.Host, rv.raw.Path, rv.raw.RawQuery = nil, "", "", "", ""
 	reqViews.Put(rv)
-	p.observe(v)
-	if v.Err == errClientGone {
+	if pend.v == nil {
+		return pend
+	}
+	if !pend.v.Allowed && pend.tk != nil {
+		pend.tk.Release() // refused: the slot goes to the next in the queue, no completion counted
+		pend.tk = nil
+	}
+	p.observe(pend.v)
+	if pend.v.Err == errClientGone {
 		p.clientErrs[reasonGoneWhileDelayed].Inc()
 	}
-	return v, nil
+	return pend
 }
 
-// headerReceived is the server's HeaderReceived hook: it runs the gate as
-// soon as a request's header is read, before fasthttp reads the first
+// headerReceived is the server's HeaderReceived hook: it runs the
+// throttler's admission and the gate as soon as a request's header is
+// read, before fasthttp reads the first
 // 8 KiB of its body (StreamRequestBody) or answers its
-// "Expect: 100-continue". A refused request is made bodiless for fasthttp
+// "Expect: 100-continue". A refused or shed request is made bodiless for fasthttp
 // (no Content-Length, Transfer-Encoding or Expect), so that the handler
 // runs at once and answers it without a 100 Continue, the connection
 // closing after the refusal since its body is still on the wire. An
@@ -140,10 +164,10 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	if p.isPoll(ctx) {
 		return fasthttp.RequestConfig{} // serve answers it, with no limit
 	}
-	v, bad := p.decide(ctx, pc)
-	pc.pend = pendingVerdict{set: true, v: v, bad: bad}
+	pc.pend = p.decide(ctx, pc)
+	v, bad := pc.pend.v, pc.pend.bad
 	hasBody := h.ContentLength() > 0 || h.ContentLength() == -1 // -1: chunked
-	if bad != nil || !v.Allowed && p.deferQueue(v) == nil {
+	if bad != nil || pc.pend.shed != nil || !v.Allowed && p.deferQueue(v) == nil {
 		if hasBody {
 			h.SetContentLength(0) // and no Transfer-Encoding
 			pc.pend.skipped = true
@@ -173,6 +197,9 @@ func (p *Proxy) requestError(ctx *fasthttp.RequestCtx, err error) {
 	if pc != nil && pc.pend.set {
 		if pc.pend.v != nil {
 			verdicts.Put(pc.pend.v)
+		}
+		if pc.pend.tk != nil {
+			pc.pend.tk.Release() // its body failed: it was never forwarded
 		}
 		pc.pend = pendingVerdict{}
 		reason := bodyErrReason(err)

@@ -10,31 +10,27 @@ import (
 	"github.com/floodgate/floodgate/throttle"
 )
 
-// forwardAdmitted forwards a request the gate allowed, through the
-// throttler when there is one (Config.Throttle): it runs at once, after a
-// wait in the admission queue, or is shed (503, shed). The ticket is Done
-// once the upstream's response header (and a body of at most
-// maxBufferedBody) is back. A protocol switch (WebSocket) is not
-// throttled: it would hold a slot for as long as it stays open.
-func (p *Proxy) forwardAdmitted(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict) {
-	if p.th == nil || isUpgrade(&ctx.Request.Header) {
-		p.forward(ctx, pc, v)
-		return
+// forwardAdmitted forwards a request the gate allowed. tk is its
+// admission by the throttler (nil: no throttler, or a protocol switch,
+// which would hold a slot for as long as it stays open): it is Done once
+// the upstream's response header (and a body of at most maxBufferedBody)
+// is back.
+func (p *Proxy) forwardAdmitted(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict, tk *throttle.Ticket) {
+	if tk != nil {
+		defer tk.Done()
 	}
-	tk, err := p.admit(ctx, pc, v)
-	if err != nil {
-		p.shed(ctx, err)
-		return
-	}
-	defer tk.Done()
 	p.forward(ctx, pc, v)
 }
 
-// admit enters the request into the throttler and, if it is queued, waits
-// for its turn, watching the connection meanwhile: a client that leaves
-// leaves the queue.
-func (p *Proxy) admit(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict) (*throttle.Ticket, error) {
-	tk, err := p.th.Enter(p.routeKey(ctx, v), p.criticality(ctx), 0)
+// admitFirst enters the request into the throttler before the gate is
+// asked, so that a request the throttler sheds spends no quota, and
+// waits for its turn if it is queued, watching the connection meanwhile:
+// a client that leaves leaves the queue. Its route and level come from
+// the gate's Classify (admitClass). It returns the admitted ticket, or
+// why the request was shed.
+func (p *Proxy) admitFirst(ctx *fasthttp.RequestCtx, pc *peerConn, g *gate.Gate, req *gate.Request) (*throttle.Ticket, error) {
+	key, crit := p.admitClass(ctx, pc, g, req)
+	tk, err := p.th.Enter(key, crit, 0)
 	if err != nil || tk.Admitted() {
 		return tk, err
 	}
@@ -43,18 +39,34 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.Verdict) (
 	stop := pc.watch(cancel)
 	err = tk.Wait(wctx)
 	stop()
-	return tk, err
+	if err != nil {
+		return nil, err
+	}
+	return tk, nil
 }
 
-// routeKey keys the throttler's cost model: the request's method and the
-// name of the first http route that matched it ("" for none), so that the
-// model's table is bounded by the rules, not by the paths clients send.
-func (p *Proxy) routeKey(ctx *fasthttp.RequestCtx, v *gate.Verdict) throttle.RouteKey {
-	k := throttle.RouteKey{Method: internMethod(ctx.Method())}
-	if len(v.Outcomes) > 0 && v.Outcomes[0].Limit != nil {
-		k.Route = v.Outcomes[0].Limit.Name
+// admitClass returns the request's key in the throttler's cost model and
+// its level. The key is its method and the name of the first http route
+// whose match it meets ("" for none), so that the model's table is
+// bounded by the rules, not by the paths clients send. Its level is
+// Config.CriticalityHeader's (its first four values), capped at the
+// route's criticality (throttle.DefaultCriticality when the route sets
+// none): a client may lower its level, never raise it, unless it is one
+// of the trusted proxies, whose header is taken as it is.
+func (p *Proxy) admitClass(ctx *fasthttp.RequestCtx, pc *peerConn, g *gate.Gate, req *gate.Request) (throttle.RouteKey, throttle.Criticality) {
+	c := g.Classify(req)
+	key := throttle.RouteKey{Method: internMethod(ctx.Method()), Route: c.Route}
+	ceiling := throttle.DefaultCriticality
+	if c.Criticality != "" {
+		ceiling, _ = throttle.ParseCriticality(c.Criticality)
 	}
-	return k
+	vals := ctx.Request.Header.PeekAll(p.critHeader)
+	var buf [4]string
+	n := min(len(vals), len(buf))
+	for i := range n {
+		buf[i] = b2s(vals[i])
+	}
+	return key, throttle.Claim(buf[:n], ceiling, n > 0 && trustedPeer(p.trusted, pc.ip))
 }
 
 // internMethod returns the standard method m names as a constant string,
@@ -69,27 +81,15 @@ func internMethod(m []byte) string {
 	return "OTHER"
 }
 
-// criticality reads the request's level from Config.CriticalityHeader
-// (the first four values; throttle.DefaultCriticality if none is a
-// level).
-func (p *Proxy) criticality(ctx *fasthttp.RequestCtx) throttle.Criticality {
-	vals := ctx.Request.Header.PeekAll(p.critHeader)
-	var buf [4]string
-	n := min(len(vals), len(buf))
-	for i := range n {
-		buf[i] = b2s(vals[i])
-	}
-	return throttle.FromValues(buf[:n], throttle.DefaultCriticality)
-}
-
 var shedBody = []byte("the service is overloaded: request shed, retry later\n")
 
 // shed answers a request the throttler refused: 503 with Retry-After (a
-// quota refusal is 429: this one says the server is out of room). A body
-// the client is still sending would be read as the next request: the
-// connection closes after the answer instead.
-func (p *Proxy) shed(ctx *fasthttp.RequestCtx, err error) {
-	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() != 0 && !bodyPrefetched(&ctx.Request) {
+// quota refusal is 429: this one says the server is out of room). It was
+// shed on its header (headerReceived): its body, if any, was never read
+// (skipped) and would be read as the next request, so the connection
+// closes after the answer.
+func (p *Proxy) shed(ctx *fasthttp.RequestCtx, err error, skipped bool) {
+	if skipped || ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() != 0 && !bodyPrefetched(&ctx.Request) {
 		ctx.SetConnectionClose()
 	}
 	if errors.Is(err, context.Canceled) {

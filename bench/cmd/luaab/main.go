@@ -85,18 +85,19 @@ func run(addr, beforePath string, n, rounds int) error {
 			return nil, err
 		}
 		defer st.Close()
-		cmd, err := st.BatchCommand(context.Background(), 0, ops)
+		// BatchFunction's call: the function both libraries have
+		cmd, err := st.BatchFunctionCommand(context.Background(), 0, ops)
 		if err != nil {
 			return nil, err
 		}
 		cmd[1] = fn
 		return cmd, nil
 	}
-	a, err := batch("luaab_before_batch", "before")
+	a, err := batch("luaab_before_batch_groups", "before")
 	if err != nil {
 		return err
 	}
-	b, err := batch("luaab_after_batch", "after")
+	b, err := batch("luaab_after_batch_groups", "after")
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,29 @@ import (
 // probeLibrary holds functions that do nothing but return: what an FCALL
 // costs before any Lua of Floodgate's runs. probe_reply returns a batch's
 // reply of three 52-byte strings, built once.
+//
+// probe_counter is a sketch of a layout not built (docs/BENCHMARKS.md,
+// issue 19): each key a plain integer counter of its window, INCRBY of the
+// cost, PEXPIREAT at the window's end when it creates the key, DECRBY
+// when the count passes the limit (a refusal charges nothing), TIME once,
+// a 17-byte reply record per key; ARGV[1] the limit.
 const probeLibrary = `#!lua name=lcprobe
 local reply = nil
+redis.register_function('probe_counter', function(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local ws = math.floor(now / 1000000) * 1000000
+  local e = ws + 1000000 - now
+  local limit = tonumber(args[1])
+  local out = {}
+  for i = 1, #keys do
+    local n = redis.call('INCRBY', keys[i], 1)
+    if n == 1 then redis.call('PEXPIREAT', keys[i], (ws + 1000000) / 1000) end
+    if n > limit then redis.call('DECRBY', keys[i], 1) n = n - 1 end
+    out[i] = struct.pack('>Bi8i8', n <= limit and 1 or 0, limit - n, e)
+  end
+  return table.concat(out)
+end)
 redis.register_function('probe_empty', function(keys, args) return 0 end)
 redis.register_function('probe_reply', function(keys, args)
   if reply == nil then reply = {string.rep('x', 52), string.rep('y', 52), string.rep('z', 52)} end
@@ -28,7 +49,10 @@ end)
 // KEYS, with the batch's reply, and this tree's library with its
 // decisions replaced by a constant (dispatch, parsing, TIME and packing
 // the replies).
-func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) ([]variant, error) {
+//
+// packed is the same request as this tree's store sends it
+// (PackedFunction): the empty function with its KEYS and two ARGV too.
+func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs, packed func(int) [][]string) ([]variant, error) {
 	if err := pipeline(c2, r, [][]string{{"FUNCTION", "LOAD", "REPLACE", probeLibrary}}); err != nil {
 		return nil, err
 	}
@@ -61,8 +85,9 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) 
 			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
-	// with gives request i's call to function fn, its arguments reshaped by f
-	with := func(fn string, f func(keys, args []string) (k, a []string)) func(int) [][]string {
+	// withReqs gives request i of reqs as a call to function fn, its
+	// arguments reshaped by f; with, of the BatchFunction call
+	withReqs := func(reqs func(int) [][]string, fn string, f func(keys, args []string) (k, a []string)) func(int) [][]string {
 		return func(i int) [][]string {
 			cmd := reqs(i)[0]
 			nk, _ := strconv.Atoi(cmd[2])
@@ -71,10 +96,13 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) 
 			return [][]string{append(out, a...)}
 		}
 	}
+	with := func(fn string, f func(keys, args []string) (k, a []string)) func(int) [][]string {
+		return withReqs(reqs, fn, f)
+	}
 	lib := func(name, fn string) variant {
 		return variant{name: name, reqs: func(i int) [][]string {
 			cmd := append([]string(nil), reqs(i)[0]...)
-			cmd[1] = strings.Replace(cmd[1], "lc0", fn, 1)
+			cmd[1] = strings.Replace(cmd[1], "lcb", fn, 1)
 			return [][]string{cmd}
 		}}
 	}
@@ -83,10 +111,18 @@ func breakdownVariants(c2 net.Conn, r *bufio.Reader, reqs func(int) [][]string) 
 		{name: "empty, no arguments", reqs: with("probe_empty", func(k, a []string) ([]string, []string) { return nil, nil })},
 		{name: "empty, the KEYS and ARGV", reqs: with("probe_empty", same)},
 		{name: "empty, KEYS and ARGV in one", reqs: with("probe_empty", func(k, a []string) ([]string, []string) { return k, []string{strings.Join(a, "\x00")} })},
+		{name: "empty, PackedFunction's KEYS and ARGV", reqs: withReqs(packed, "probe_empty", same)},
 		{name: "empty, all in one argument", reqs: with("probe_empty", func(k, a []string) ([]string, []string) {
 			return nil, []string{strings.Join(k, "\x00") + "\x00" + strings.Join(a, "\x00")}
 		})},
 		{name: "the reply alone, the KEYS and ARGV", reqs: with("probe_reply", same)},
+		{name: "a plain counter per key (not built)", reqs: withReqs(packed, "probe_counter", func(k, a []string) ([]string, []string) {
+			out := make([]string, len(k))
+			for i := range k {
+				out[i] = k[i] + ":counter"
+			}
+			return out, []string{"1000000000"}
+		})},
 		lib("the library's entry, returning at once", "lcentry"),
 		lib("… and reading the policies", "lcpolicies"),
 		lib("… the batch's work deciding nothing", "lcnothing"),

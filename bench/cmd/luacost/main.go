@@ -107,16 +107,19 @@ func run(addr string, libs []string, descs, block, blocks int) error {
 // variants loads this tree's library and libs, and returns them and
 // envoyproxy/ratelimit's commands as the variants to measure.
 func variants(addr string, libs []string, c net.Conn, r *bufio.Reader, descs int) ([]variant, error) {
-	vs := []variant{{name: "this tree", reqs: floodgateReqs(addr, "lc0", redisstore.Library(), c, r, descs, keys)}}
+	vs := []variant{
+		{name: "this tree", reqs: floodgateReqs(addr, "lc0", redisstore.Library(), c, r, descs, keys, false)},
+		{name: "this tree, BatchFunction", reqs: floodgateReqs(addr, "lcb", redisstore.Library(), c, r, descs, keys, true)},
+	}
 	for i, f := range libs {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
-		vs = append(vs, variant{name: f, reqs: floodgateReqs(addr, fmt.Sprint("lc", i+1), string(b), c, r, descs, keys)})
+		vs = append(vs, variant{name: f, reqs: floodgateReqs(addr, fmt.Sprint("lc", i+1), string(b), c, r, descs, keys, true)})
 	}
 	if breakdown {
-		bs, err := breakdownVariants(c, r, vs[0].reqs)
+		bs, err := breakdownVariants(c, r, vs[1].reqs, vs[0].reqs)
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +130,16 @@ func variants(addr string, libs []string, c net.Conn, r *bufio.Reader, descs int
 		for d := range descs {
 			k := fmt.Sprintf("envoy_bench_d%d_%d_%d", d, i%keys, time.Now().Unix())
 			cmds = append(cmds, []string{"INCRBY", k, "1"}, []string{"EXPIRE", k, "1"})
+		}
+		return cmds
+	}}, variant{name: "INCRBY + PEXPIRE NX, no Lua", reqs: func(i int) [][]string {
+		// issue 19's candidate (b), its admitted request: a counter per
+		// descriptor and window, its TTL set once (a refusal would add a
+		// DECRBY per descriptor)
+		var cmds [][]string
+		for d := range descs {
+			k := fmt.Sprintf("incr_bench_d%d_%d_%d", d, i%keys, time.Now().Unix())
+			cmds = append(cmds, []string{"INCRBY", k, "1"}, []string{"PEXPIRE", k, "1001", "NX"})
 		}
 		return cmds
 	}})
@@ -175,7 +188,10 @@ func timeCPU(c net.Conn, r *bufio.Reader, vs []variant, descs, block, blocks int
 
 // floodgateReqs loads lib under name and returns the batch call of
 // request i (descs keys of one rule each, as floodgate serve sends).
-func floodgateReqs(addr, name, lib string, c net.Conn, r *bufio.Reader, descs, keys int) func(int) [][]string {
+//
+// old: BatchFunction's call (the calling convention before
+// PackedFunction), not the one the store sends now.
+func floodgateReqs(addr, name, lib string, c net.Conn, r *bufio.Reader, descs, keys int, old bool) func(int) [][]string {
 	lib = strings.ReplaceAll(lib, "floodgate_v1", name)
 	if err := pipeline(c, r, [][]string{{"FUNCTION", "LOAD", "REPLACE", lib}}); err != nil {
 		fmt.Fprintln(os.Stderr, "luacost: load:", err)
@@ -198,12 +214,16 @@ func floodgateReqs(addr, name, lib string, c net.Conn, r *bufio.Reader, descs, k
 		for d := range ops {
 			ops[d] = ps[d].Op(floodgate.OpAllow, fmt.Sprintf("bench\x00%s=%c%d", names[d], names[d][0], i), 1, 0)
 		}
-		cmd, err := st.BatchCommand(context.Background(), 0, ops)
+		batchCommand := st.BatchCommand
+		if old {
+			batchCommand = st.BatchFunctionCommand
+		}
+		cmd, err := batchCommand(context.Background(), 0, ops)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "luacost:", err)
 			return nil
 		}
-		if descs == 1 { // floodgate serve calls Function for one key
+		if descs == 1 && old { // releases before PackedFunction called Function for one key
 			cmd, err = st.Command(context.Background(), 0, ops[0])
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "luacost:", err)

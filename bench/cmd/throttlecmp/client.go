@@ -23,7 +23,8 @@ var unitRounds int
 
 // result is one run's figures.
 type result struct {
-	goodput         float64 // answered work per server CPU-second, % of capacity
+	goodput         float64 // work done in the window and answered 200, per server CPU-second, % of capacity
+	goodputByAnswer float64 // the former measure: work of the 200s answered in the window (by the answer's time), whenever done
 	critSuccess     float64 // %
 	p99             time.Duration
 	n, ok, refused  int
@@ -31,11 +32,37 @@ type result struct {
 	wastePerRefused float64 // µs of server CPU not in answered work, per refused request
 	unanswered      float64 // % of the work the server completed whose answer was not a 200 in time
 	perCPU          float64 // capacity, units per server CPU-second
+	// From the server's per-request CPU accounting (meter.go), over the
+	// window: the mean CPU of a metered request answered 503 (µs), of
+	// one answered 200 per unit of work (µs), and the CPU spent on
+	// refused requests as % of the server's CPU in the window (the mean
+	// times the 503s the client got).
+	shedCPU, okCPUPerUnit, shedShare float64
+	shedAtOnceCPU, shedWaitedCPU     float64 // the mean over 503s at once, and over 503s after a wait (µs)
+	shedMetered, shedWaited          int
+	// answeredCPU is the server's CPU in the window that went into work
+	// answered 200 (%): that work's units times the CPU a unit of a
+	// metered 200 took in the same run. Unlike goodput it needs no
+	// capacity measured at another time on a host whose speed drifts.
+	answeredCPU float64
+	// underLoad is the work done while the load was offered (answered
+	// or not, without the drain after it) per server CPU-second, % of
+	// capacity: the drain serves what a queue still holds without
+	// refusals to pay, so a longer queue gains there.
+	underLoad float64
+	limits    string  // Floodgate's limit and in flight, p10 p50 p90
+	idle      float64 // % of the server's processors' time idle in the window (Go's estimate)
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("goodput %5.1f%%  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  waste/refused %5.0fµs  work unanswered %4.1f%%  capacity %.0f units/CPU-s",
-		r.goodput, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.wastePerRefused, r.unanswered, r.perCPU)
+	s := fmt.Sprintf("goodput %5.1f%% (by answer %5.1f%%)  CRITICAL %d/%d = %6.2f%%  p99 %4dms  requests %d ok %d shed %d  work unanswered %4.1f%%  capacity %.0f units/CPU-s  CPU/503 %4.0fµs (%d metered; at once %.0fµs, %d after a wait %.0fµs) = %4.2f%% of server CPU  CPU/unit of 200s %4.0fµs  CPU in answered work %5.1f%%",
+		r.goodput, r.goodputByAnswer, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.unanswered, r.perCPU,
+		r.shedCPU, r.shedMetered, r.shedAtOnceCPU, r.shedWaited, r.shedWaitedCPU, r.shedShare, r.okCPUPerUnit, r.answeredCPU)
+	s += fmt.Sprintf("  Ps idle %.1f%%  work under load %.1f%%", r.idle, r.underLoad)
+	if r.limits != "" {
+		s += "  limit/inflight p10,50,90 " + r.limits
+	}
+	return s
 }
 
 // server is a running server process.
@@ -44,10 +71,18 @@ type server struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	hc  *http.Client
+	ctl *http.Client // the harness's own calls (stats, marks): not queued behind the load's connections
 }
 
-func startServer(peer string) (*server, error) {
-	cmd := exec.Command(os.Args[0], "-serve", peer, "-per-unit", strconv.Itoa(unitRounds))
+// profileDir, if set, is where each server writes its CPU profile.
+var profileDir string
+
+func startServer(peer string, round int) (*server, error) {
+	args := []string{"-serve", peer, "-per-unit", strconv.Itoa(unitRounds)}
+	if profileDir != "" {
+		args = append(args, "-cpuprofile", fmt.Sprintf("%s/%s-%d.pprof", profileDir, peer, round))
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -77,24 +112,40 @@ func startServer(peer string) (*server, error) {
 }
 
 func (s *server) stop() {
-	s.in.Close()
-	s.cmd.Process.Kill() //nolint:errcheck
-	s.cmd.Wait()         //nolint:errcheck
+	s.in.Close()                                                        // the server writes its profile and exits
+	t := time.AfterFunc(5*time.Second, func() { s.cmd.Process.Kill() }) //nolint:errcheck
+	s.cmd.Wait()                                                        //nolint:errcheck
+	t.Stop()
 	s.hc.CloseIdleConnections()
 }
 
 // stats reads the server's completed units and CPU time.
 func (s *server) stats() (units int64, cpu time.Duration) {
-	req, _ := http.NewRequest("GET", s.url+"/stats", nil)
+	units, cpu, _ = s.stats3()
+	return units, cpu
+}
+
+// stats3 also reads the units done since /mark (by requests completed).
+func (s *server) stats3() (units int64, cpu time.Duration, counted int64) {
+	var us int64
+	s.get("/stats", func(r io.Reader) { fmt.Fscan(r, &units, &us, &counted) }) //nolint:errcheck
+	return units, time.Duration(us) * time.Microsecond, counted
+}
+
+// get fetches a harness path (bypassing the peer) and hands its body to read.
+func (s *server) get(path string, read func(io.Reader)) {
+	req, _ := http.NewRequest("GET", s.url+path, nil)
 	req.Header.Set(bypass, "1")
-	resp, err := s.hc.Do(req)
+	resp, err := s.ctl.Do(req)
 	if err != nil {
-		return 0, 0
+		fmt.Fprintf(os.Stderr, "harness call %s: %v\n", path, err)
+		return
 	}
 	defer resp.Body.Close()
-	var us int64
-	fmt.Fscanf(resp.Body, "%d %d", &units, &us) //nolint:errcheck
-	return units, time.Duration(us) * time.Microsecond
+	if read != nil {
+		read(resp.Body)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
 }
 
 // newClient opens its 2,048 connections at once and never more (as
@@ -121,6 +172,7 @@ func newClient(url string) *http.Client {
 type outcome struct {
 	crit, ok, shed bool
 	units          int
+	counted        int // units the server did after /mark (of a 200)
 	latency        time.Duration
 }
 
@@ -138,6 +190,8 @@ func (s *server) send(i int, bypassed bool) outcome {
 	req.Header.Set("X-Criticality", level)
 	if bypassed {
 		req.Header.Set(bypass, "1")
+	} else if i%meterEvery == 3 {
+		req.Header.Set(meterHeader, "1")
 	}
 	start := time.Now()
 	resp, err := s.hc.Do(req)
@@ -148,6 +202,9 @@ func (s *server) send(i int, bypassed bool) outcome {
 	io.Copy(io.Discard, resp.Body) //nolint:errcheck
 	resp.Body.Close()
 	o.ok, o.shed = resp.StatusCode == 200, resp.StatusCode == 503
+	if o.ok {
+		o.counted, _ = strconv.Atoi(resp.Header.Get(countedHeader))
+	}
 	return o
 }
 
@@ -171,12 +228,13 @@ func (s *server) capacity(d time.Duration) float64 {
 
 const meanUnits = 0.8*10 + 0.2*50
 
-func runOne(peer string, d time.Duration) (result, error) {
-	s, err := startServer(peer)
+func runOne(peer string, round int, d time.Duration) (result, error) {
+	s, err := startServer(peer, round)
 	if err != nil {
 		return result{}, err
 	}
 	s.hc = newClient(s.url)
+	s.ctl = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
 	defer s.stop()
 	s.capacity(500 * time.Millisecond) // warm up
 	before := s.capacity(2 * time.Second)
@@ -184,8 +242,10 @@ func runOne(peer string, d time.Duration) (result, error) {
 	after := s.capacity(1500 * time.Millisecond)
 	res.perCPU = (before + after) / 2
 	okUnits := res.okUnits
-	r := result{perCPU: res.perCPU, goodput: 100 * okUnits / cpu.Seconds() / res.perCPU,
-		unanswered: 100 * max(0, res.serverUnits-okUnits) / max(1, res.serverUnits)}
+	r := result{perCPU: res.perCPU, goodput: 100 * res.okCounted / cpu.Seconds() / res.perCPU,
+		goodputByAnswer: 100 * okUnits / cpu.Seconds() / res.perCPU,
+		unanswered:      100 * max(0, res.serverUnits-res.okCounted) / max(1, res.serverUnits),
+		underLoad:       100 * res.underLoad / res.perCPU}
 	var lat []time.Duration
 	for _, o := range res.outcomes {
 		r.n++
@@ -213,15 +273,61 @@ func runOne(peer string, d time.Duration) (result, error) {
 	if r.refused > 0 {
 		r.wastePerRefused = max(0, cpu.Seconds()-okUnits/res.perCPU) / float64(r.refused) * 1e6
 	}
+	m := res.meter
+	if n := m.shedN + m.waitN; n > 0 {
+		r.shedCPU = float64(m.shedNs+m.waitNs) / float64(n) / 1e3
+		r.shedShare = 100 * r.shedCPU * float64(r.refused) / float64(cpu.Microseconds())
+	}
+	if m.shedN > 0 {
+		r.shedAtOnceCPU = float64(m.shedNs) / float64(m.shedN) / 1e3
+	}
+	if m.waitN > 0 {
+		r.shedWaitedCPU = float64(m.waitNs) / float64(m.waitN) / 1e3
+	}
+	r.shedMetered, r.shedWaited = int(m.shedN+m.waitN), int(m.waitN)
+	if m.okUnits > 0 {
+		r.okCPUPerUnit = float64(m.okNs) / float64(m.okUnits) / 1e3
+		r.answeredCPU = 100 * res.okCounted * r.okCPUPerUnit / float64(cpu.Microseconds())
+	}
+	r.idle = float64(m.idle) / 10
+	if m.limits != "- - - - - -" {
+		r.limits = m.limits
+	}
 	return r, nil
 }
 
 type phase struct {
 	outcomes    []outcome
 	perCPU      float64
-	unitsAtWarm int64
-	serverUnits float64 // work the server completed, answered or not
-	okUnits     float64 // work answered 200 after warm (the same window as serverUnits)
+	serverUnits float64 // work the server did in the window (from the mark to the drain), answered or not
+	okUnits     float64 // work answered 200 after warm, by the answer's time, whenever done
+	okCounted   float64 // work done in the window and answered 200
+	underLoad   float64 // work done (answered or not) per server CPU-second from the mark to the load's end
+	meter       meterReading
+}
+
+// meterReading is the server's /meter answer (meter.go).
+type meterReading struct {
+	okN, okNs, okUnits, shedN, shedNs, waitN, waitNs, otherN, otherNs int64
+	idle                                                              int64 // ‰ of the processors' time, from the mark
+	limits                                                            string
+}
+
+func (s *server) meter() meterReading {
+	var m meterReading
+	s.get("/meter", func(r io.Reader) {
+		b, _ := io.ReadAll(r)
+		f := strings.Fields(string(b))
+		if len(f) < 10 {
+			return
+		}
+		v := make([]int64, 10)
+		for i := range v {
+			v[i], _ = strconv.ParseInt(f[i], 10, 64)
+		}
+		m = meterReading{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], strings.Join(f[10:], " ")}
+	})
+	return m
 }
 
 // overload offers open-loop load for d, at rps first, then every 100 ms
@@ -233,7 +339,8 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	var rate atomic.Uint64
 	rate.Store(math.Float64bits(rps))
 	var record atomic.Bool
-	var okDone atomic.Int64 // units answered 200 since warm, by the answer's time
+	var okDone atomic.Int64    // units answered 200 since warm, by the answer's time
+	var okCounted atomic.Int64 // units done after the mark, of answers 200
 	var mu sync.Mutex
 	var ph phase
 	var reqs sync.WaitGroup
@@ -258,6 +365,7 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 					if o.ok && record.Load() {
 						okDone.Add(int64(o.units))
 					}
+					okCounted.Add(int64(o.counted))
 					if rec {
 						mu.Lock()
 						ph.outcomes = append(ph.outcomes, o)
@@ -275,7 +383,8 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	var cpuAtWarm time.Duration
 	for el := time.Duration(0); el < d; el = time.Since(start) {
 		if cpuAtWarm == 0 && el >= warm {
-			ph.unitsAtWarm, cpuAtWarm = s.stats()
+			_, cpuAtWarm = s.stats()
+			s.get("/mark", nil) // the server counts work from here
 			record.Store(true)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -285,12 +394,18 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 		old := hist[max(0, len(hist)-11)]
 		rate.Store(math.Float64bits(3 * perCPU * (now - old.cpu).Seconds() / (el - old.at).Seconds()))
 	}
+	s.get("/endmark", nil) // the offered load ends
+	_, cpuAtEnd, countedAtEnd := s.stats3()
 	close(done)
 	loop.Wait()
 	reqs.Wait()
-	units, cpu := s.drain()
-	ph.serverUnits = float64(units - ph.unitsAtWarm)
+	_, cpu := s.drain()
+	_, _, counted := s.stats3()
+	ph.serverUnits = float64(counted)
 	ph.okUnits = float64(okDone.Load())
+	ph.okCounted = float64(okCounted.Load())
+	ph.underLoad = float64(countedAtEnd) / (cpuAtEnd - cpuAtWarm).Seconds()
+	ph.meter = s.meter()
 	return ph, cpu - cpuAtWarm
 }
 

@@ -14,6 +14,15 @@
 // and 80 % SHEDDABLE, 20 % dear, for -load (the first second not
 // counted). Rounds run the peers interleaved, in turn.
 //
+// Goodput is the work done in the measured window (the server counts
+// each request's units after the window's start, GET /mark) and
+// answered 200, per server CPU-second, as % of capacity; the former
+// measure, the work of the 200s answered in the window whenever done,
+// is printed beside it ("by answer"). One request in eight is metered
+// (meter.go): its CPU from the handler's entry to its return, on a
+// locked thread, by outcome; that gives the CPU per refused request and
+// the CPU spent on refused requests.
+//
 //	go run ./cmd/throttlecmp -rounds 3
 package main
 
@@ -35,22 +44,27 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every peer once")
 	only := flag.String("peers", strings.Join(peers, ","), "peers to run, comma-separated")
 	loadFor := flag.Duration("load", 6*time.Second, "overload phase, the first second not counted")
-	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (internal; calibrated if 0)")
+	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (calibrated if 0)")
+	cpuProfile := flag.String("cpuprofile", "", "write the server's CPU profile here (internal)")
+	flag.StringVar(&profileDir, "profile", "", "write each server's CPU profile into this directory (PEER-ROUND.pprof)")
 	flag.Parse()
 	logx.Disable() // go-zero's logger, started by its packages' init in every process
 	if *servePeer != "" {
-		if err := serve(*servePeer, *perUnit); err != nil {
+		if err := serve(*servePeer, *perUnit, *cpuProfile); err != nil {
 			log.Fatal(err)
 		}
 		return
 	}
 	list := strings.Split(*only, ",")
-	unitRounds = calibrate()
+	unitRounds = *perUnit
+	if unitRounds == 0 {
+		unitRounds = calibrate()
+	}
 	fmt.Printf("a unit is %d xorshift rounds (about 1 ms of one core, calibrated once for every server)\n", unitRounds)
 	all := map[string][]result{}
 	for r := range *rounds {
 		for _, p := range list {
-			res, err := runOne(p, *loadFor)
+			res, err := runOne(p, r+1, *loadFor)
 			if err != nil {
 				log.Fatalf("round %d, %s: %v", r+1, p, err)
 			}
@@ -76,14 +90,28 @@ func summarize(list []string, all map[string][]result) {
 		return v[len(v)/2]
 	}
 	goodput := func(r result) float64 { return r.goodput }
+	byAnswer := func(r result) float64 { return r.goodputByAnswer }
 	crit := func(r result) float64 { return r.critSuccess }
 	p99 := func(r result) float64 { return float64(r.p99) / 1e6 }
-	waste := func(r result) float64 { return r.wastePerRefused }
+	shedCPU := func(r result) float64 { return r.shedCPU }
+	shedShare := func(r result) float64 { return r.shedShare }
+	unanswered := func(r result) float64 { return r.unanswered }
+	answered := func(r result) float64 { return r.answeredCPU }
 	fmt.Printf("\nmedians over %d rounds\n", len(all[list[0]]))
-	fmt.Printf("| peer | goodput (%% of capacity) | CRITICAL success | p99 admitted (ms) | CPU not in goodput per refused request (µs) | floodgate goodput ÷ peer | floodgate CRITICAL ÷ peer |\n|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| peer | goodput (%% of capacity) | goodput by answer time (%%) | CPU in answered work (%%) | CRITICAL success | p99 admitted (ms) | CPU per refused request (µs) | CPU on refused requests (%% of server CPU) | work unanswered (%%) | floodgate goodput ÷ peer | floodgate CRITICAL ÷ peer |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range list {
-		fmt.Printf("| %s | %.1f | %.2f %% | %.0f | %.0f | %.2f | %.3f |\n", p, med(p, goodput), med(p, crit), med(p, p99), med(p, waste),
-			med("floodgate", goodput)/med(p, goodput), med("floodgate", crit)/med(p, crit))
+		fmt.Printf("| %s | %.1f | %.1f | %.1f | %.2f %% | %.0f | %.0f | %.2f | %.1f | %.3f | %.3f |\n", p, med(p, goodput), med(p, byAnswer), med(p, answered), med(p, crit), med(p, p99),
+			med(p, shedCPU), med(p, shedShare), med(p, unanswered), med("floodgate", goodput)/med(p, goodput), med("floodgate", crit)/med(p, crit))
+	}
+	fmt.Printf("\nper round, floodgate goodput ÷ peer (the same round)\n")
+	for _, p := range list {
+		fmt.Printf("%-22s", p)
+		for i := range all[p] {
+			if i < len(all["floodgate"]) {
+				fmt.Printf(" %.3f", all["floodgate"][i].goodput/all[p][i].goodput)
+			}
+		}
+		fmt.Println()
 	}
 	os.Stdout.Sync() //nolint:errcheck
 }

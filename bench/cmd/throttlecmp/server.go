@@ -9,6 +9,10 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -38,6 +42,9 @@ var peers = []string{"floodgate", "go-zero", "kratos-bbr", "go-concurrency-limit
 const bypass = "X-Bench-Bypass"
 
 var sink atomic.Uint64
+
+// marked is set by GET /mark, when the client's measured window starts.
+var marked atomic.Bool
 
 // burn does units of CPU work, each about 1 ms of one core.
 func burn(units, perUnit int) {
@@ -79,58 +86,148 @@ func processCPU() time.Duration {
 // admitted request.
 type guard func(r *http.Request, critical bool) (done func(), ok bool)
 
+// unitsHeader carries the units of work a 200 answer did, and
+// countedHeader those of them done after /mark (the measured window).
+const (
+	unitsHeader   = "X-Units"
+	countedHeader = "X-Units-Counted"
+)
+
 // serve runs the workload's HTTP server behind peer's admission control
-// and prints its address; it exits when stdin closes.
-func serve(peer string, perUnit int) error {
-	var units atomic.Int64
+// and prints its address; it exits when stdin closes (writing the CPU
+// profile first, if asked).
+func serve(peer string, perUnit int, profile string) error {
+	var units, counted atomic.Int64
 	mux := http.NewServeMux()
 	for path, n := range map[string]int{"GET /cheap": 10, "GET /dear": 50} {
+		hdr := []string{strconv.Itoa(n)}
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			burn(n, perUnit)
+			c := 0
+			for range n { // unit by unit: work done after /mark is the window's
+				burn(1, perUnit)
+				if marked.Load() {
+					c++
+				}
+			}
 			units.Add(int64(n))
+			counted.Add(int64(c))
+			w.Header()[unitsHeader] = hdr
+			w.Header().Set(countedHeader, strconv.Itoa(c))
 			io.WriteString(w, "ok") //nolint:errcheck
 		})
 	}
+	var limits limitSampler
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%d %d", units.Load(), processCPU().Microseconds())
+		fmt.Fprintf(w, "%d %d %d", units.Load(), processCPU().Microseconds(), counted.Load())
 	})
-	limited, err := wrap(peer, mux)
+	mux.HandleFunc("GET /mark", func(w http.ResponseWriter, r *http.Request) {
+		idleAtMark = readIdle()
+		marked.Store(true)
+	})
+	mux.HandleFunc("GET /endmark", func(w http.ResponseWriter, r *http.Request) { idleAtEnd = readIdle() })
+	mux.HandleFunc("GET /meter", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s %s", meterLine(), idleLine(), limits.line())
+	})
+	limited, th, err := wrap(peer, mux)
 	if err != nil {
 		return err
 	}
+	if th != nil {
+		go limits.run(th)
+	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(bypass) != "" {
+		switch {
+		case r.Header.Get(bypass) != "":
 			mux.ServeHTTP(w, r)
-			return
+		case r.Header.Get(meterHeader) != "":
+			metered(limited, w, r)
+		default:
+			limited.ServeHTTP(w, r)
 		}
-		limited.ServeHTTP(w, r)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln) //nolint:errcheck
 	fmt.Printf("ADDR %s GOMAXPROCS=%d\n", ln.Addr(), runtime.GOMAXPROCS(0))
 	io.Copy(io.Discard, bufio.NewReader(os.Stdin)) //nolint:errcheck
+	if th != nil && os.Getenv("THROTTLECMP_STATS") != "" {
+		st := th.Stats()
+		fmt.Fprintf(os.Stderr, "%s: refused %v evicted %v expired %v withdrawn %v (by level, SHEDDABLE first)\n",
+			peer, st.Refused, st.Evicted, st.Expired, st.Withdrawn)
+	}
 	return nil
 }
 
-func wrap(peer string, mux *http.ServeMux) (http.Handler, error) {
-	if peer == "floodgate" || peer == "floodgate-limit20" {
+// limitSampler samples a Floodgate throttler's limit and in-flight count
+// every 10 ms once the window is marked.
+type limitSampler struct {
+	mu               sync.Mutex
+	limits, inflight []int
+}
+
+func (s *limitSampler) run(th *throttle.Throttler) {
+	for range time.Tick(10 * time.Millisecond) {
+		if !marked.Load() {
+			continue
+		}
+		st := th.Stats()
+		s.mu.Lock()
+		s.limits = append(s.limits, st.Limit)
+		s.inflight = append(s.inflight, st.InFlight)
+		s.mu.Unlock()
+	}
+}
+
+// line is "limit p10 p50 p90 inflight p10 p50 p90" ("- ..." for a peer
+// that is not Floodgate).
+func (s *limitSampler) line() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := func(v []int) string {
+		if len(v) == 0 {
+			return "- - -"
+		}
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return fmt.Sprintf("%d %d %d", v[len(v)/10], v[len(v)/2], v[len(v)*9/10])
+	}
+	return q(s.limits) + " " + q(s.inflight)
+}
+
+// wrap puts peer's admission control in front of mux; for Floodgate it
+// also returns the throttler.
+func wrap(peer string, mux *http.ServeMux) (http.Handler, *throttle.Throttler, error) {
+	if peer == "floodgate" || peer == "floodgate-limit20" || peer == "floodgate-wide" {
 		const maxWait = 2 * time.Second
 		procs := runtime.GOMAXPROCS(0)
 		c := throttle.Config{Limit: 2 * procs, Adaptive: &throttle.AdaptiveConfig{},
 			MaxQueueCost: maxWait * time.Duration(procs), MaxWait: maxWait}
-		if peer == "floodgate-limit20" { // a fixed limit of 20 in flight, go-concurrency-limits' floor (-peers only)
+		switch peer {
+		case "floodgate-limit20": // a fixed limit of 20 in flight, go-concurrency-limits' floor (-peers only)
 			c.Limit, c.Adaptive = 20, nil
+		case "floodgate-wide": // Vegas with 4× the default α and β: the limit settles near CPUs + 8..16 (-peers only)
+			c.Adaptive.Alpha, c.Adaptive.Beta = 8, 16
 		}
 		th := throttle.New(c)
-		return th.Middleware(throttle.MiddlewareOptions{Mux: mux})(mux), nil
+		return th.Middleware(throttle.MiddlewareOptions{Mux: mux})(mux), th, nil
 	}
 	g, err := newGuard(peer)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		done, ok := g(r, r.Header.Get("X-Criticality") == "CRITICAL")
@@ -141,7 +238,7 @@ func wrap(peer string, mux *http.ServeMux) (http.Handler, error) {
 		}
 		defer done()
 		mux.ServeHTTP(w, r)
-	}), nil
+	}), nil, nil
 }
 
 func newGuard(peer string) (guard, error) {
