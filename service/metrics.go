@@ -26,7 +26,7 @@ import (
 // the error of the slot it took over).
 const (
 	maxValues     = 100
-	trackedValues = 4 * maxValues
+	trackedValues = 10 * maxValues
 )
 
 // Metrics are the service's Prometheus metrics.
