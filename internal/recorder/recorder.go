@@ -109,6 +109,7 @@ type Recorder struct {
 	first   int64 // the first second sampled
 	latPrev [latencyBuckets]uint64
 	latRing [Window][2]uint32 // p50, p99 in µs, by second % Window
+	tracks  []*track          // server- and store-level series (track.go)
 }
 
 // New returns an empty recorder.
@@ -223,6 +224,7 @@ func (r *Recorder) Sample(now int64) {
 		}
 		r.latRing[now%Window] = [2]uint32{quantile(&lat, 0.5), quantile(&lat, 0.99)}
 	}
+	r.sampleTracks(now)
 	r.last = now
 }
 
