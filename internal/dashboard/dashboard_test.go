@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ type testSource struct {
 
 func (s *testSource) Series(since int64) ([]recorder.Series, recorder.Latency, int64) {
 	return s.rec.Since(since)
+}
+func (s *testSource) Tracks(since, upto int64) []recorder.TrackSeries {
+	return s.rec.Tracks(since, upto)
 }
 func (s *testSource) Top(n int) []service.TopRule { return s.svc.TopLimited("", "", n) }
 func (s *testSource) Health() Health              { return Health{Store: "memory", Ready: true} }
@@ -408,6 +412,45 @@ func TestEventsCarryDeltas(t *testing.T) {
 			t.Fatalf("next snapshot: %+v", s2)
 		}
 		break
+	}
+}
+
+// TestEventsCarryTracks: a snapshot carries the source's tracks over the
+// seconds of its rules' series, each second once; none is an empty list.
+func TestEventsCarryTracks(t *testing.T) {
+	f := newFixture(t, token, false, Options{})
+	c := f.client(t)
+	f.login(t, c, token)
+	_, ch := openStream(t, c, f.srv.URL)
+	e, _ := next(t, ch)
+	if !strings.Contains(e[1], `"tracks":[]`) {
+		t.Fatalf("a source without tracks: %s", e[1])
+	}
+	var n atomic.Uint64
+	f.src.rec.Track("shed", []string{"CRITICAL"}, func(dst []uint64) { dst[0] = n.Load() })
+	base := time.Now().Unix() + 1
+	n.Add(4)
+	f.src.rec.Sample(base)
+	var got uint64
+	for i := 0; got < 4 || i < 3; i++ { // and three more: no second again
+		if got < 4 {
+			i = 0
+		}
+		e, ok := next(t, ch)
+		if !ok {
+			t.Fatal("stream ended")
+		}
+		var s Snapshot
+		json.Unmarshal([]byte(e[1]), &s)
+		if len(s.Tracks) != 1 || s.Tracks[0].Name != "shed" || s.Tracks[0].Labels[0] != "CRITICAL" {
+			t.Fatalf("tracks %+v", s.Tracks)
+		}
+		for _, c := range s.Tracks[0].Counts {
+			got += uint64(c[0])
+		}
+		if got > 4 {
+			t.Fatalf("4 shed counted %d times over: a second repeated (%+v)", got, s.Tracks)
+		}
 	}
 }
 

@@ -25,7 +25,21 @@ type Snapshot struct {
 	Top     []service.TopRule `json:"top"`
 	Health  Health            `json:"health"`
 	Rules   *Rules            `json:"rules"` // nil: the server has none to show
-	Panels  Panels            `json:"panels"`
+	// Tracks are server- and store-level series over the same seconds as
+	// Series: "tiers" (decisions answered without a Redis call, and the
+	// Redis calls) on a Redis store, "shed" (requests the proxy's
+	// throttler shed, by criticality) on a proxy with a throttler; empty
+	// when the server has none (the page shows no chart for those).
+	Tracks []recorder.TrackSeries `json:"tracks"`
+	Panels Panels                 `json:"panels"`
+}
+
+// TrackSource is a Source with server- or store-level series
+// (recorder.Recorder.Track).
+type TrackSource interface {
+	// Tracks returns the series' seconds after since up to upto, the last
+	// second Series returned.
+	Tracks(since, upto int64) []recorder.TrackSeries
 }
 
 // Panels say which panels the server has data for.
@@ -46,7 +60,11 @@ func (d *Dashboard) snapshot(since int64) Snapshot {
 		top = []service.TopRule{}
 	}
 	rules := d.src.Rules()
-	return Snapshot{Server: d.opts.Server, Outcomes: recorder.OutcomeNames, Time: last, Series: series, Latency: lat,
+	tracks := []recorder.TrackSeries{}
+	if ts, ok := d.src.(TrackSource); ok && last != 0 {
+		tracks = append(tracks, ts.Tracks(since, last)...)
+	}
+	return Snapshot{Tracks: tracks, Server: d.opts.Server, Outcomes: recorder.OutcomeNames, Time: last, Series: series, Latency: lat,
 		Top: top, Health: d.src.Health(), Rules: rules, Panels: Panels{Admin: d.opts.Admin != nil, Rules: rules != nil, Latency: !d.opts.NoLatency}}
 }
 
