@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/rules"
 	"github.com/floodgate/floodgate/service"
+	"github.com/floodgate/floodgate/throttle"
 )
 
 // lastReload is the result of a rule loader's last read.
@@ -48,6 +49,7 @@ func (c *serveConfig) newDashboard(svc *service.Service, st *serveStores, loader
 		return nil
 	}
 	src := &serveSource{svc: svc, st: st, loader: loader}
+	trackTiers(svc.Recorder(), st.store)
 	return dashboard.New(src, dashboard.Options{Token: c.adminToken, Guard: svc.RequireToken, Admin: svc.AdminHandler(""), Server: "serve"})
 }
 
@@ -84,6 +86,10 @@ type serveSource struct {
 
 func (s *serveSource) Series(since int64) ([]recorder.Series, recorder.Latency, int64) {
 	return s.svc.Recorder().Since(since)
+}
+
+func (s *serveSource) Tracks(since, upto int64) []recorder.TrackSeries {
+	return s.svc.Recorder().Tracks(since, upto)
 }
 
 func (s *serveSource) Top(n int) []service.TopRule { return s.svc.TopLimited("", "", n) }
@@ -161,11 +167,16 @@ type proxyDashboard struct {
 
 // newProxyDashboard returns the proxy's recorder and summaries, nil with
 // --no-dashboard.
-func newProxyDashboard(c *proxyConfig, st *openedStore) *proxyDashboard {
+// Its tracks are the store's tiers (on Redis) and th's shed requests (with
+// a throttler).
+func newProxyDashboard(c *proxyConfig, st *openedStore, th *throttle.Throttler) *proxyDashboard {
 	if c.noDashboard {
 		return nil
 	}
-	return &proxyDashboard{rec: recorder.New(), limited: topk.NewRules(service.LimitedSlots, service.LimitedRules), store: st.store, ready: st.ready}
+	pd := &proxyDashboard{rec: recorder.New(), limited: topk.NewRules(service.LimitedSlots, service.LimitedRules), store: st.store, ready: st.ready}
+	trackTiers(pd.rec, st.store)
+	trackShed(pd.rec, th)
+	return pd
 }
 
 // onVerdict counts a gate verdict's decided outcomes (internal/proxy's
@@ -202,6 +213,10 @@ func (pd *proxyDashboard) prune(cfg *rules.Config) {
 
 func (pd *proxyDashboard) Series(since int64) ([]recorder.Series, recorder.Latency, int64) {
 	return pd.rec.Since(since)
+}
+
+func (pd *proxyDashboard) Tracks(since, upto int64) []recorder.TrackSeries {
+	return pd.rec.Tracks(since, upto)
 }
 
 func (pd *proxyDashboard) Top(n int) []service.TopRule {

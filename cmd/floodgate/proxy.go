@@ -164,7 +164,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 			return err
 		}
 	}
-	pd := newProxyDashboard(c, st)
+	pd := newProxyDashboard(c, st, th)
 	pcfg := proxy.Config{Upstream: pc.upstream, TrustedProxies: pc.clientIP.TrustedProxies, XRateLimit: c.xRateLimit,
 		UpstreamTimeout: c.upstreamTimeout, BodyTimeout: c.bodyTimeout, Logger: log, Metrics: pm,
 		MaxConnsPerIP: c.connCap.maxConnsPerIP, Throttle: th, CriticalityHeader: c.throttle.header}
