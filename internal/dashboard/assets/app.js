@@ -123,6 +123,42 @@
     }
   }
 
+  // --- tracks: store- and server-level series (local tiers, shed) ---------
+  const tracks = new Map(); // name → {t, c, plot, box}
+  const TRACK_TITLES = {
+    tiers: "Store tiers: Redis calls and decisions answered without one (the store's, every rule together)",
+    shed: "Shed by the throttler (503), by criticality",
+  };
+  const TRACK_COLORS = { redis_calls: "#2874a6", near_cache: "#c0392b", write_back: "#2e8b57", local_share: "#d68910",
+    CRITICAL_PLUS: "#7b241c", CRITICAL: "#c0392b", SHEDDABLE_PLUS: "#d68910", SHEDDABLE: "#566573" };
+
+  function applyTracks(snap) {
+    const host = $("tracks");
+    for (const s of snap.tracks || []) {
+      let tr = tracks.get(s.name);
+      if (!tr) {
+        tr = { t: [], c: s.labels.map(() => []), labels: s.labels,
+          box: el("div", { class: "chart track", "data-track": s.name }, el("h3", {}, TRACK_TITLES[s.name] || s.name)) };
+        tracks.set(s.name, tr);
+        host.append(tr.box);
+      }
+      tr.total = s.total;
+      while (tr.t.length && tr.t[tr.t.length - 1] >= s.start) { tr.t.pop(); tr.c.forEach((a) => a.pop()); }
+      padTo(tr, s.start - 1);
+      (s.counts || []).forEach((row, i) => { tr.t.push(s.start + i); row.forEach((v, j) => tr.c[j].push(v)); });
+      const drop = tr.t.length - WINDOW;
+      if (drop > 0) { tr.t.splice(0, drop); tr.c.forEach((a) => a.splice(0, drop)); }
+      const data = [tr.t, ...tr.c];
+      if (!tr.plot) {
+        const series = [{}].concat(tr.labels.map((l) => ({ label: l.replace(/_/g, "-").toLowerCase(), stroke: TRACK_COLORS[l] || "#333", width: 1.5, points: { show: false } })));
+        tr.plot = new uPlot({ width: chartWidth(host.parentElement), height: 160, series: series, scales: { x: { time: true } }, axes: [{}, { size: 50 }], legend: { live: true } }, data, tr.box);
+      } else {
+        tr.plot.setData(data);
+      }
+    }
+    host.hidden = tracks.size === 0;
+  }
+
   // --- latency ------------------------------------------------------------
   const latency = { t: [], p50: [], p99: [], plot: null };
 
@@ -196,6 +232,7 @@
     applySeries(snap);
     updateRuleFilter();
     drawCharts();
+    applyTracks(snap);
     $("latency-chart").hidden = !(snap.panels && snap.panels.latency);
     if (snap.panels && snap.panels.latency) applyLatency(snap.latency);
     drawTop(snap.top);
@@ -333,7 +370,12 @@
     return [...rules.values()].map((r) => ({ domain: r.domain, rule: r.rule, points: r.t.length,
       sums: Object.fromEntries(outcomes.map((o, i) => [o, r.plot ? r.plot.data[i + 1].reduce((a, b) => a + (b || 0), 0) : 0])) }));
   }
-  window.floodgate = { api: api, el: el, last: null, plotted: plotted };
+  // plottedTracks sums what each track's chart holds, by label
+  function plottedTracks() {
+    return [...tracks.entries()].map(([name, tr]) => ({ name: name, points: tr.t.length,
+      sums: Object.fromEntries(tr.labels.map((l, i) => [l, tr.plot ? tr.plot.data[i + 1].reduce((a, b) => a + (b || 0), 0) : 0])) }));
+  }
+  window.floodgate = { api: api, el: el, last: null, plotted: plotted, plottedTracks: plottedTracks };
   $("rule-filter").addEventListener("change", drawCharts);
   $("inspect-form").addEventListener("submit", inspect);
   $("reset-button").addEventListener("click", reset);
