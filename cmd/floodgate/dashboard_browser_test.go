@@ -356,8 +356,9 @@ func TestDashboardPageLoad(t *testing.T) {
 
 // TestProxyDashboardInBrowser: floodgate proxy's dashboard in Chromium,
 // under load through the proxy: the route's chart and its flooding key
-// show; the panels the proxy has no data for (key inspector, overrides,
-// rules) are hidden.
+// show, and the throttler's shed chart (by criticality, nothing shed);
+// the panels the proxy has no data for (key inspector, overrides, rules,
+// and the store tiers of a memory store) are hidden.
 func TestProxyDashboardInBrowser(t *testing.T) {
 	ctx := browser(t)
 	shots := artifacts(t)
@@ -365,7 +366,7 @@ func TestProxyDashboardInBrowser(t *testing.T) {
 	defer up.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", proxyRules)
-	p := startProxy(t, up.URL, dir, "--admin-token", strongToken)
+	p := startProxy(t, up.URL, dir, "--admin-token", strongToken, "--throttle-max-inflight", "1000")
 	base := "http://" + p.addrs["proxy"]
 	for range 10 {
 		proxyGet(t, base+"/keyed/x", "X-API-Key", "flooder")
@@ -377,6 +378,10 @@ func TestProxyDashboardInBrowser(t *testing.T) {
 	poll(t, ctx, "the first snapshot", `document.body.dataset.ready === "1"`)
 	poll(t, ctx, "per-key's chart with refusals", `window.floodgate.plotted().some(r => r.rule === "edge/per-key" && r.sums.refused === 7 && r.sums.allowed === 3)`)
 	poll(t, ctx, "flooder in the top keys", `[...document.querySelectorAll('#top-keys .top-key td.key')].some(e => e.textContent === "flooder")`)
+	poll(t, ctx, "the shed chart", `document.getElementById("tracks").offsetParent !== null && document.querySelector('#tracks [data-track="shed"] .uplot') !== null`)
+	if got := eval[string](t, ctx, `JSON.stringify(window.floodgate.plottedTracks().map(t => [t.name, Object.keys(t.sums).join(" "), Object.values(t.sums).reduce((a, b) => a + b, 0)]))`); got != `[["shed","CRITICAL_PLUS CRITICAL SHEDDABLE_PLUS SHEDDABLE",0]]` {
+		t.Errorf("the proxy's track charts: %s; want the shed chart alone, nothing shed", got)
+	}
 	for _, id := range []string{"inspector", "overrides", "rules", "latency-chart"} {
 		if shown := eval[bool](t, ctx, `document.getElementById("`+id+`").offsetParent !== null`); shown {
 			t.Errorf("panel %s shown on proxy, which has no data for it", id)
