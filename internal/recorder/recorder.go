@@ -10,6 +10,9 @@
 // ring, under a lock no decision takes. Memory is bounded: MaxRules rules
 // of Window seconds each (some 12 KB a rule); the decisions of rules
 // beyond them are counted under the rule OtherRule.
+//
+// Tracks (Track) are server- and store-level counters, not a rule's,
+// sampled with the rules and kept for the same Window seconds.
 package recorder
 
 import (
