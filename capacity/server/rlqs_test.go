@@ -382,7 +382,11 @@ func TestRLQSBounds(t *testing.T) {
 	a.subscribe("b1", 1)
 	b.subscribe("b1", 1)
 	c := h.newEnvoy("envoy")
-	c.send(&rlqspb.RateLimitQuotaUsageReports{Domain: "envoy", BucketQuotaUsages: usages("b1")})
+	// The server may end the stream before this send is written: gRPC's
+	// Send then answers io.EOF, and the status comes with the receive.
+	if err := c.stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "envoy", BucketQuotaUsages: usages("b1")}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
 	if err := c.streamErr(); statusCode(err) != codes.ResourceExhausted {
 		t.Fatalf("a third stream: %v, want ResourceExhausted", err)
 	}
