@@ -160,5 +160,8 @@ func TestOverrideLimitIsBounded(t *testing.T) {
 		if code != want || (want == 400 && !strings.Contains(b, "override")) {
 			t.Errorf("PUT %s: %d %s, want %d", body, code, b, want)
 		}
+		if strings.Count(b, "override") > 1 { // the error names the override once
+			t.Errorf("PUT %s: %s: the override named twice", body, b)
+		}
 	}
 }

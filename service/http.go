@@ -501,8 +501,8 @@ func (s *Service) adminPut(w http.ResponseWriter, r *http.Request) {
 	}
 	// a key over MaxKeyBytes is stored as decisions look it up
 	o.Domain, o.Key, o.Updated = r.PathValue("domain"), decide.BoundKey(r.PathValue("key")), time.Now().UTC()
-	if err := o.Validate(); err != nil {
-		httpError(w, http.StatusBadRequest, "override: %v", err)
+	if err := o.Validate(); err != nil { // a FieldError names the override itself
+		httpError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	if err := s.checkOverride(o, r.PathValue("key")); err != nil {
