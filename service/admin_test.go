@@ -3,6 +3,7 @@ package service_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -30,22 +31,23 @@ descriptors:
 // adminCall sends one admin request and returns its status and body.
 func adminCall(t *testing.T, url, method, path, body string) (int, string) {
 	t.Helper()
+	return adminCallAuth(t, url, "", method, path, body)
+}
+
+// adminCallAuth is adminCall with a bearer token (none when empty).
+func adminCallAuth(t *testing.T, url, token, method, path, body string) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req) // a hung call fails, not hangs
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req) // a hung call fails, not hangs
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, b.String()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // Two override changes of one key at once still carry its count: each

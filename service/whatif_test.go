@@ -114,25 +114,7 @@ type whatIfJSON struct {
 
 func postWhatIf(t *testing.T, url, token, query, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url+"/v1/whatif"+query, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, b.String()
+	return adminCallAuth(t, url, token, "POST", "/v1/whatif"+query, body)
 }
 
 // The what-if's counts are those of a replay computed here by hand, for
@@ -252,27 +234,6 @@ func TestWhatIfMatchesIndependentReplay(t *testing.T) {
 	if after := fmt.Sprint(gatherSeries(t, metrics, "floodgate_decisions_total")); after != metricsBefore {
 		t.Errorf("the what-if changed the decisions metric:\nbefore %s\nafter  %s", metricsBefore, after)
 	}
-}
-
-func adminCallAuth(t *testing.T, url, token, method, path, body string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, b.String()
 }
 
 // What a what-if refuses: a rules file with an error (400, naming
