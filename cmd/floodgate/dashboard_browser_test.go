@@ -141,6 +141,24 @@ func poll(t *testing.T, ctx context.Context, what, expr string) {
 	}
 }
 
+// logIn submits the admin token on the login form shown at base, waits
+// for the dashboard's first snapshot, then opens base again with the
+// session cookie. The login form's post navigates the page behind
+// chromedp's back, and the node ids chromedp holds can still be the old
+// document's for a while ("No node with given id found"); a navigation of
+// its own makes the DOM it queries the dashboard's.
+func logIn(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	if err := steps(ctx, chromedp.SendKeys(chromedp.CSS("#token"), strongToken), chromedp.Click(chromedp.CSS("#login"))); err != nil {
+		t.Fatalf("logging in: %v", err)
+	}
+	poll(t, ctx, "the first snapshot", `document.body.dataset.ready === "1"`)
+	if err := steps(ctx, chromedp.Navigate(base)); err != nil {
+		t.Fatalf("opening the dashboard with the session: %v", err)
+	}
+	poll(t, ctx, "the first snapshot with the session", `document.body.dataset.ready === "1" && !document.getElementById("token")`)
+}
+
 // steps runs actions, each in at most a minute.
 func steps(ctx context.Context, actions ...chromedp.Action[chromedp.Void]) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -221,10 +239,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + document.documentElement.outerHTML.slice(0, 3000)`))
 		t.Fatalf("wrong token: %v\n%s", err, page)
 	}
-	if err := steps(ctx, chromedp.SendKeys(chromedp.CSS("#token"), strongToken), chromedp.Click(chromedp.CSS("#login"))); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, ctx, "the first snapshot", `document.body.dataset.ready === "1"`)
+	logIn(t, ctx, base)
 
 	// charts: a uPlot per rule with non-zero series, drawn
 	poll(t, ctx, "the chart of web.user with refusals and admissions",
@@ -371,11 +386,10 @@ func TestProxyDashboardInBrowser(t *testing.T) {
 	for range 10 {
 		proxyGet(t, base+"/keyed/x", "X-API-Key", "flooder")
 	}
-	if err := steps(ctx, chromedp.Navigate("http://"+p.addrs["admin"]+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), strongToken), chromedp.Click(chromedp.CSS("#login"))); err != nil {
+	if err := steps(ctx, chromedp.Navigate("http://"+p.addrs["admin"]+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token"))); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, "the first snapshot", `document.body.dataset.ready === "1"`)
+	logIn(t, ctx, "http://"+p.addrs["admin"]+"/dashboard/")
 	poll(t, ctx, "per-key's chart with refusals", `window.floodgate.plotted().some(r => r.rule === "edge/per-key" && r.sums.refused === 7 && r.sums.allowed === 3)`)
 	poll(t, ctx, "flooder in the top keys", `[...document.querySelectorAll('#top-keys .top-key td.key')].some(e => e.textContent === "flooder")`)
 	poll(t, ctx, "the shed chart", `document.getElementById("tracks").offsetParent !== null && document.querySelector('#tracks [data-track="shed"] .uplot') !== null`)
