@@ -50,8 +50,14 @@ type result struct {
 	// capacity: the drain serves what a queue still holds without
 	// refusals to pay, so a longer queue gains there.
 	underLoad float64
-	limits    string  // Floodgate's limit and in flight, p10 p50 p90
-	idle      float64 // % of the server's processors' time idle in the window (Go's estimate)
+	// goodputInstr is goodput counted in the instructions the server
+	// retired instead of its CPU time (perf.go): the work done in the
+	// window and answered 200 per instruction, as % of the same in the
+	// capacity phases (perGInstr, units per billion instructions). 0 if
+	// they could not be counted.
+	goodputInstr, perGInstr float64
+	limits                  string  // Floodgate's limit and in flight, p10 p50 p90
+	idle                    float64 // % of the server's processors' time idle in the window (Go's estimate)
 }
 
 func (r result) String() string {
@@ -59,6 +65,9 @@ func (r result) String() string {
 		r.goodput, r.goodputByAnswer, r.critOK, r.crit, r.critSuccess, r.p99.Milliseconds(), r.n, r.ok, r.refused, r.unanswered, r.perCPU,
 		r.shedCPU, r.shedMetered, r.shedAtOnceCPU, r.shedWaited, r.shedWaitedCPU, r.shedShare, r.okCPUPerUnit, r.answeredCPU)
 	s += fmt.Sprintf("  Ps idle %.1f%%  work under load %.1f%%", r.idle, r.underLoad)
+	if r.goodputInstr > 0 {
+		s += fmt.Sprintf("  goodput by instructions %.2f%% (capacity %.1f units/G instr)", r.goodputInstr, r.perGInstr)
+	}
 	if r.limits != "" {
 		s += "  limit/inflight p10,50,90 " + r.limits
 	}
@@ -211,6 +220,12 @@ func (s *server) send(i int, bypassed bool) outcome {
 // capacity runs closed-loop load (8 clients, the peer bypassed) for d
 // and returns the units done per server CPU-second.
 func (s *server) capacity(d time.Duration) float64 {
+	perCPU, _ := s.capacityUnits(d)
+	return perCPU
+}
+
+// capacityUnits is capacity, and the units done.
+func (s *server) capacityUnits(d time.Duration) (float64, int64) {
 	u0, c0 := s.stats()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -223,8 +238,29 @@ func (s *server) capacity(d time.Duration) float64 {
 	}
 	wg.Wait()
 	u1, c1 := s.stats()
-	return float64(u1-u0) / (c1 - c0).Seconds()
+	return float64(u1-u0) / (c1 - c0).Seconds(), u1 - u0
 }
+
+// capacityInstr is capacity with the server's instructions counted
+// (perf.go): units per server CPU-second, and units per billion
+// instructions (0 if they could not be counted).
+func (s *server) capacityInstr(d time.Duration) (perCPU, perGInstr float64) {
+	var units int64
+	instr, err := counting(s.cmd.Process.Pid, func() { perCPU, units = s.capacityUnits(d) })
+	if err != nil || instr <= 0 {
+		noteInstrErr(err)
+		return perCPU, 0
+	}
+	return perCPU, float64(units) / instr * 1e9
+}
+
+// noteInstrErr says once why instructions are not counted.
+var noteInstrErr = func() func(error) {
+	var once sync.Once
+	return func(err error) {
+		once.Do(func() { fmt.Fprintf(os.Stderr, "instructions not counted (perf): %v\n", err) })
+	}
+}()
 
 const meanUnits = 0.8*10 + 0.2*50
 
@@ -237,15 +273,19 @@ func runOne(peer string, round int, d time.Duration) (result, error) {
 	s.ctl = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
 	defer s.stop()
 	s.capacity(500 * time.Millisecond) // warm up
-	before := s.capacity(2 * time.Second)
+	before, beforeI := s.capacityInstr(2 * time.Second)
 	res, cpu := s.overload(3*before/meanUnits, d, time.Second)
-	after := s.capacity(1500 * time.Millisecond)
+	after, afterI := s.capacityInstr(1500 * time.Millisecond)
 	res.perCPU = (before + after) / 2
 	okUnits := res.okUnits
 	r := result{perCPU: res.perCPU, goodput: 100 * res.okCounted / cpu.Seconds() / res.perCPU,
 		goodputByAnswer: 100 * okUnits / cpu.Seconds() / res.perCPU,
 		unanswered:      100 * max(0, res.serverUnits-res.okCounted) / max(1, res.serverUnits),
 		underLoad:       100 * res.underLoad / res.perCPU}
+	if beforeI > 0 && afterI > 0 && res.instr > 0 {
+		r.perGInstr = (beforeI + afterI) / 2
+		r.goodputInstr = 100 * res.okCounted / res.instr * 1e9 / r.perGInstr
+	}
 	var lat []time.Duration
 	for _, o := range res.outcomes {
 		r.n++
@@ -303,6 +343,7 @@ type phase struct {
 	okUnits     float64 // work answered 200 after warm, by the answer's time, whenever done
 	okCounted   float64 // work done in the window and answered 200
 	underLoad   float64 // work done (answered or not) per server CPU-second from the mark to the load's end
+	instr       float64 // instructions the server retired from the mark to the drain's end (0: not counted)
 	meter       meterReading
 }
 
@@ -381,8 +422,17 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	_, c0 := s.stats()
 	hist := []point{{0, c0}}
 	var cpuAtWarm time.Duration
+	pc, perr := startPerf(s.cmd.Process.Pid) // on at the mark, off when drained
+	if perr != nil {
+		noteInstrErr(perr)
+	}
 	for el := time.Duration(0); el < d; el = time.Since(start) {
 		if cpuAtWarm == 0 && el >= warm {
+			if pc != nil {
+				if perr = pc.on(); perr != nil {
+					noteInstrErr(perr)
+				}
+			}
 			_, cpuAtWarm = s.stats()
 			s.get("/mark", nil) // the server counts work from here
 			record.Store(true)
@@ -400,6 +450,17 @@ func (s *server) overload(rps float64, d, warm time.Duration) (phase, time.Durat
 	loop.Wait()
 	reqs.Wait()
 	_, cpu := s.drain()
+	if pc != nil {
+		if perr == nil {
+			perr = pc.off()
+		}
+		n, err := pc.count()
+		if perr == nil && err == nil {
+			ph.instr = n
+		} else {
+			noteInstrErr(errors.Join(perr, err))
+		}
+	}
 	_, _, counted := s.stats3()
 	ph.serverUnits = float64(counted)
 	ph.okUnits = float64(okDone.Load())

@@ -46,6 +46,7 @@ func main() {
 	loadFor := flag.Duration("load", 6*time.Second, "overload phase, the first second not counted")
 	perUnit := flag.Int("per-unit", 0, "xorshift rounds per unit of work (calibrated if 0)")
 	cpuProfile := flag.String("cpuprofile", "", "write the server's CPU profile here (internal)")
+	flag.StringVar(&recordTo, "perf-record", "", "record each counted phase's instructions with perf record into this directory (perf.go), instead of counting them")
 	flag.StringVar(&profileDir, "profile", "", "write each server's CPU profile into this directory (PEER-ROUND.pprof)")
 	flag.Parse()
 	logx.Disable() // go-zero's logger, started by its packages' init in every process
@@ -92,6 +93,7 @@ func summarize(list []string, all map[string][]result) {
 	goodput := func(r result) float64 { return r.goodput }
 	byAnswer := func(r result) float64 { return r.goodputByAnswer }
 	crit := func(r result) float64 { return r.critSuccess }
+	byInstr := func(r result) float64 { return r.goodputInstr }
 	p99 := func(r result) float64 { return float64(r.p99) / 1e6 }
 	shedCPU := func(r result) float64 { return r.shedCPU }
 	shedShare := func(r result) float64 { return r.shedShare }
@@ -103,15 +105,29 @@ func summarize(list []string, all map[string][]result) {
 		fmt.Printf("| %s | %.1f | %.1f | %.1f | %.2f %% | %.0f | %.0f | %.2f | %.1f | %.3f | %.3f |\n", p, med(p, goodput), med(p, byAnswer), med(p, answered), med(p, crit), med(p, p99),
 			med(p, shedCPU), med(p, shedShare), med(p, unanswered), med("floodgate", goodput)/med(p, goodput), med("floodgate", crit)/med(p, crit))
 	}
-	fmt.Printf("\nper round, floodgate goodput ÷ peer (the same round)\n")
-	for _, p := range list {
-		fmt.Printf("%-22s", p)
-		for i := range all[p] {
-			if i < len(all["floodgate"]) {
-				fmt.Printf(" %.3f", all["floodgate"][i].goodput/all[p][i].goodput)
+	perRound := func(what string, f func(result) float64) {
+		fmt.Printf("\nper round, floodgate %s ÷ peer (the same round)\n", what)
+		for _, p := range list {
+			fmt.Printf("%-22s", p)
+			for i := range all[p] {
+				if i < len(all["floodgate"]) {
+					fmt.Printf(" %.3f", f(all["floodgate"][i])/f(all[p][i]))
+				}
 			}
+			fmt.Println()
 		}
-		fmt.Println()
+	}
+	perRound("goodput", goodput)
+	if med("floodgate", byInstr) > 0 {
+		fmt.Printf("\ngoodput by instructions (%% of capacity; perf.go), medians over the rounds\n| peer | goodput by instructions (%%) | min | max | floodgate ÷ peer |\n|---|---|---|---|---|\n")
+		for _, p := range list {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, r := range all[p] {
+				lo, hi = min(lo, r.goodputInstr), max(hi, r.goodputInstr)
+			}
+			fmt.Printf("| %s | %.2f | %.2f | %.2f | %.4f |\n", p, med(p, byInstr), lo, hi, med("floodgate", byInstr)/med(p, byInstr))
+		}
+		perRound("goodput by instructions", byInstr)
 	}
 	os.Stdout.Sync() //nolint:errcheck
 }

@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -211,8 +212,15 @@ func (s *limitSampler) line() string {
 // wrap puts peer's admission control in front of mux; for Floodgate it
 // also returns the throttler.
 func wrap(peer string, mux *http.ServeMux) (http.Handler, *throttle.Throttler, error) {
-	if peer == "floodgate" || peer == "floodgate-limit20" || peer == "floodgate-wide" {
-		const maxWait = 2 * time.Second
+	if peer == "floodgate" || peer == "floodgate-limit20" || peer == "floodgate-wide" || strings.HasPrefix(peer, "floodgate-wait=") {
+		maxWait := 2 * time.Second
+		if w, ok := strings.CutPrefix(peer, "floodgate-wait="); ok { // a shorter or longer queue (-peers only)
+			d, err := time.ParseDuration(w)
+			if err != nil || d <= 0 {
+				return nil, nil, fmt.Errorf("peer %q: the wait is not a positive duration", peer)
+			}
+			maxWait = d
+		}
 		procs := runtime.GOMAXPROCS(0)
 		c := throttle.Config{Limit: 2 * procs, Adaptive: &throttle.AdaptiveConfig{},
 			MaxQueueCost: maxWait * time.Duration(procs), MaxWait: maxWait}
