@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -23,9 +24,15 @@ import (
 // cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's
 // page sends it, so no cross-site request forgery), Secure on TLS, scoped
 // to /dashboard/, and valid for Options.SessionTTL. Its value is an
-// expiry and an HMAC-SHA256 of it under a key drawn at start, so sessions
-// take no memory, and a restart (or a new token) ends them all. The page
-// renews its cookie while it is open. Requests carrying an Authorization
+// expiry, a random session id and an HMAC-SHA256 of both under a key
+// drawn at start, so live sessions take no memory, and a restart (or a
+// new token) ends them all. The page renews its cookie while it is open,
+// keeping its id. Logging out revokes the id on the server, not only in
+// the browser: a copy of the cookie (renewed or not) is refused from then
+// on, and the session's open event streams end. Revoked ids are kept
+// until their cookie would have expired anyway, at most maxRevoked of
+// them; past that the key is drawn again, which ends every session
+// (everyone logs in again) rather than letting logouts grow memory. Requests carrying an Authorization
 // header are checked by the guard as the admin API's are (scripts, tests).
 //
 // A request with neither a valid cookie nor an Authorization header gets
@@ -40,66 +47,132 @@ const (
 	// csrfHeader must be on the page's admin calls other than GET.
 	csrfHeader = "X-Floodgate-Dashboard"
 	maxLogin   = 4 << 10 // bytes of a login form
+	// maxRevoked bounds the ids of logged-out sessions still unexpired.
+	maxRevoked = 4096
 )
 
 // session is how a request was authenticated.
 type session struct {
 	cookie  bool      // by the session cookie (else by bearer token, or no token is set)
+	id      string    // the cookie's session id
 	expires time.Time // the cookie's expiry
+	gen     uint64    // the key's generation it was checked under
 }
 
 type sessions struct {
-	key [32]byte
 	ttl time.Duration
 	now func() time.Time
+
+	mu      sync.Mutex
+	key     [32]byte
+	gen     uint64           // counts the keys drawn
+	revoked map[string]int64 // logged-out ids → their cookie's expiry (Unix s)
+	changed chan struct{}    // closed (and replaced) at every revocation
 }
 
 func newSessions(ttl time.Duration, now func() time.Time) *sessions {
-	s := &sessions{ttl: ttl, now: now}
+	s := &sessions{ttl: ttl, now: now, revoked: map[string]int64{}, changed: make(chan struct{})}
 	rand.Read(s.key[:])
 	return s
 }
 
-func (s *sessions) mac(exp int64) []byte {
+// mac is the cookie's HMAC of exp and id; s.mu held.
+func (s *sessions) mac(exp int64, id string) []byte {
 	m := hmac.New(sha256.New, s.key[:])
-	io.WriteString(m, "floodgate-dashboard-session|"+strconv.FormatInt(exp, 10))
+	io.WriteString(m, "floodgate-dashboard-session|"+strconv.FormatInt(exp, 10)+"|"+id)
 	return m.Sum(nil)
 }
 
-// issue sets a fresh session cookie on w.
-func (s *sessions) issue(w http.ResponseWriter, r *http.Request) {
+// issue sets a session cookie on w: for session id, or a new one if id
+// is empty.
+func (s *sessions) issue(w http.ResponseWriter, r *http.Request, id string) {
+	if id == "" {
+		var b [16]byte
+		rand.Read(b[:])
+		id = base64.RawURLEncoding.EncodeToString(b[:])
+	}
 	exp := s.now().Add(s.ttl).Unix()
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: strconv.FormatInt(exp, 10) + "." + base64.RawURLEncoding.EncodeToString(s.mac(exp)),
+	s.mu.Lock()
+	sum := s.mac(exp, id)
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: strconv.FormatInt(exp, 10) + "." + id + "." + base64.RawURLEncoding.EncodeToString(sum),
 		Path: "/dashboard/", MaxAge: int(s.ttl.Seconds()), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
-// renew issues a fresh cookie to a request that came with one.
+// renew issues a fresh cookie, of the same session, to a request that
+// came with one.
 func (s *sessions) renew(w http.ResponseWriter, r *http.Request, ss session) {
 	if ss.cookie {
-		s.issue(w, r)
+		s.issue(w, r, ss.id)
 	}
 }
 
-// check returns the request's session, if its cookie is valid and live.
+// check returns the request's session, if its cookie is valid, live and
+// not logged out.
 func (s *sessions) check(r *http.Request) (session, bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
 		return session{}, false
 	}
-	expS, sum, ok := strings.Cut(c.Value, ".")
+	expS, rest, ok := strings.Cut(c.Value, ".")
+	id, sum, ok2 := strings.Cut(rest, ".")
 	exp, err := strconv.ParseInt(expS, 10, 64)
-	if !ok || err != nil {
+	if !ok || !ok2 || id == "" || err != nil {
 		return session{}, false
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sum)
-	if err != nil || !hmac.Equal(got, s.mac(exp)) {
+	if err != nil {
 		return session{}, false
 	}
 	t := time.Unix(exp, 0)
 	if !s.now().Before(t) {
 		return session{}, false
 	}
-	return session{cookie: true, expires: t}, true
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !hmac.Equal(got, s.mac(exp, id)) {
+		return session{}, false
+	}
+	if _, out := s.revoked[id]; out {
+		return session{}, false
+	}
+	return session{cookie: true, id: id, expires: t, gen: s.gen}, true
+}
+
+// live reports whether ss, once checked, still holds (not logged out, the
+// key not drawn again), and returns a channel closed at the next
+// revocation.
+func (s *sessions) live(ss session) (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ss.cookie {
+		return true, s.changed
+	}
+	_, out := s.revoked[ss.id]
+	return !out && ss.gen == s.gen, s.changed
+}
+
+// revoke logs session ss out: its id is refused until its cookie would
+// have expired. Past maxRevoked unexpired ids, the key is drawn again
+// instead, which ends every session.
+func (s *sessions) revoke(ss session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().Unix()
+	for id, exp := range s.revoked {
+		if exp <= now {
+			delete(s.revoked, id)
+		}
+	}
+	// a renewed cookie of this session may live up to a TTL from now
+	s.revoked[ss.id] = max(ss.expires.Unix(), s.now().Add(s.ttl).Unix())
+	if len(s.revoked) > maxRevoked {
+		rand.Read(s.key[:])
+		s.gen++
+		clear(s.revoked)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // authed serves an authenticated request with f, and refuses the others.
@@ -158,15 +231,24 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.loginPage(w, cw.code, msg)
 		return
 	}
-	d.sessions.issue(w, r)
+	d.sessions.issue(w, r, "")
 	http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
 }
 
-// logout serves POST /dashboard/logout: the cookie is cleared.
+// logout serves POST /dashboard/logout: the session is revoked on the
+// server (a copy of its cookie no longer opens anything) and the cookie
+// is cleared.
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, "POST")
 		return
+	}
+	if !sameOrigin(r) {
+		http.Error(w, "logout from another origin refused", http.StatusForbidden)
+		return
+	}
+	if ss, ok := d.sessions.check(r); ok {
+		d.sessions.revoke(ss)
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/dashboard/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)

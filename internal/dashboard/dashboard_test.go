@@ -497,3 +497,137 @@ func TestStreamsBoundedAndClosed(t *testing.T) {
 		}
 	}
 }
+
+// withCookie is a client of f's server that sends the session cookie
+// value v, as a copy of someone's cookie would be replayed.
+func (f *fixture) withCookie(t *testing.T, v string) *http.Client {
+	c := f.client(t)
+	u, _ := url.Parse(f.srv.URL + "/dashboard/")
+	c.Jar.SetCookies(u, []*http.Cookie{{Name: cookieName, Value: v, Path: "/dashboard/"}})
+	return c
+}
+
+func cookieValue(t *testing.T, f *fixture, c *http.Client) string {
+	t.Helper()
+	u, _ := url.Parse(f.srv.URL + "/dashboard/")
+	for _, k := range c.Jar.Cookies(u) {
+		if k.Name == cookieName {
+			return k.Value
+		}
+	}
+	t.Fatal("no session cookie")
+	return ""
+}
+
+// TestLogoutRevokesTheSession: logging out ends the session on the
+// server, not only in the browser: a copy of its cookie, as first issued
+// or as renewed since, opens nothing afterwards (page, API, stream); its
+// open stream ends with "expired"; a logout posted from another origin
+// is refused and revokes nothing; another session lives on.
+func TestLogoutRevokesTheSession(t *testing.T) {
+	f := newFixture(t, token, false, Options{SessionTTL: time.Hour, Interval: time.Hour})
+	c := f.client(t)
+	f.login(t, c, token)
+	first := cookieValue(t, f, c)
+	f.clock.set(time.Now().Add(time.Minute)) // a renewal with a later expiry
+	if code, _ := get(t, c, "GET", f.srv.URL+"/dashboard/session", nil, ""); code != http.StatusNoContent {
+		t.Fatalf("renewal: %d", code)
+	}
+	renewed := cookieValue(t, f, c)
+	if renewed == first {
+		t.Fatal("the renewal issued the same cookie")
+	}
+	other := f.client(t)
+	f.login(t, other, token)
+
+	_, ch := openStream(t, c, f.srv.URL)
+	if e, _ := next(t, ch); e[0] != "snapshot" {
+		t.Fatalf("first event %q", e[0])
+	}
+	// a cross-site page's logout: refused, nothing revoked
+	if code, _ := get(t, c, "POST", f.srv.URL+"/dashboard/logout", map[string]string{"Origin": "https://evil.example"}, ""); code != http.StatusForbidden {
+		t.Errorf("logout from another origin: %d, want 403", code)
+	}
+	if code, _ := get(t, f.withCookie(t, first), "GET", f.srv.URL+"/dashboard/api/v1/top", nil, ""); code != 200 {
+		t.Fatalf("after a refused logout, the session: %d, want 200", code)
+	}
+
+	if code, _ := get(t, c, "POST", f.srv.URL+"/dashboard/logout", nil, ""); code != http.StatusSeeOther {
+		t.Fatalf("logout: %d", code)
+	}
+	if e, _ := next(t, ch); e[0] != "expired" {
+		t.Errorf("the open stream after logout: event %q, want expired", e[0])
+	}
+	if _, ok := next(t, ch); ok {
+		t.Error("the stream goes on after its session logged out")
+	}
+	for name, v := range map[string]string{"first cookie": first, "renewed cookie": renewed} {
+		rc := f.withCookie(t, v)
+		for _, rt := range routes {
+			code, body := get(t, rc, rt.method, f.srv.URL+rt.path, map[string]string{csrfHeader: "1"}, rt.body)
+			if code != http.StatusUnauthorized {
+				t.Errorf("%s %s with the %s of a logged-out session: %d, want 401", rt.method, rt.path, name, code)
+			}
+			if strings.Contains(body, "event: snapshot") || strings.Contains(body, `"domains"`) {
+				t.Errorf("%s %s with the %s of a logged-out session leaks %q", rt.method, rt.path, name, body[:min(len(body), 80)])
+			}
+		}
+	}
+	if code, _ := get(t, other, "GET", f.srv.URL+"/dashboard/api/v1/top", nil, ""); code != 200 {
+		t.Errorf("another session after the logout: %d, want 200", code)
+	}
+}
+
+// TestRevokedSessionsBounded: a flood of logouts keeps at most maxRevoked
+// ids; past it the key is drawn again, ending every session (their
+// streams too) rather than growing; ids whose cookies have expired are
+// dropped.
+func TestRevokedSessionsBounded(t *testing.T) {
+	clk := &fakeNow{t: time.Unix(1_800_000_000, 0)}
+	s := newSessions(time.Hour, clk.now)
+	login := func() session {
+		rec := httptest.NewRecorder()
+		s.issue(rec, httptest.NewRequest("POST", "/dashboard/login", nil), "")
+		req := httptest.NewRequest("GET", "/dashboard/", nil)
+		for _, c := range rec.Result().Cookies() {
+			req.AddCookie(c)
+		}
+		ss, ok := s.check(req)
+		if !ok {
+			t.Fatal("a fresh cookie is not valid")
+		}
+		return ss
+	}
+	keep := login()
+	for range maxRevoked {
+		s.revoke(login())
+	}
+	if n := len(s.revoked); n != maxRevoked {
+		t.Fatalf("%d ids kept, want %d", n, maxRevoked)
+	}
+	if ok, _ := s.live(keep); !ok {
+		t.Fatal("a session never logged out died at the bound")
+	}
+	_, changed := s.live(keep)
+	s.revoke(login()) // one more: the key is drawn again
+	select {
+	case <-changed:
+	default:
+		t.Error("the revocation did not wake the streams")
+	}
+	if n := len(s.revoked); n > maxRevoked {
+		t.Errorf("%d ids kept past the bound %d", n, maxRevoked)
+	}
+	if ok, _ := s.live(keep); ok {
+		t.Error("after the key was drawn again, an old session lives on")
+	}
+	// expired ids are dropped at the next logout
+	for range 10 {
+		s.revoke(login())
+	}
+	clk.set(clk.now().Add(2*time.Hour + time.Second))
+	s.revoke(login())
+	if n := len(s.revoked); n != 1 {
+		t.Errorf("%d ids kept after their cookies expired, want 1", n)
+	}
+}

@@ -69,8 +69,8 @@ func (d *Dashboard) snapshot(since int64) Snapshot {
 }
 
 // events serves GET /dashboard/events: a snapshot at once, then one every
-// Interval, until the client leaves, the session expires (the page logs
-// in again) or the dashboard closes. At most MaxStreams are open at once.
+// Interval, until the client leaves, the session expires or is logged
+// out (the page logs in again) or the dashboard closes. At most MaxStreams are open at once.
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, s session) {
 	select {
 	case d.streams <- struct{}{}:
@@ -108,16 +108,40 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, s session) {
 		if rc.Flush() != nil {
 			return
 		}
-		select {
-		case <-tick.C:
-		case <-expired:
-			w.Write([]byte("event: expired\ndata: {}\n\n"))
-			rc.Flush()
-			return
-		case <-r.Context().Done():
-			return
-		case <-d.done:
+		if !d.waitTick(w, rc, r, s, tick.C, expired) {
 			return
 		}
 	}
+}
+
+// waitTick waits for the stream's next tick; false, once it has written
+// the "expired" event if that is why, when the stream must end: the
+// session expired or was logged out, the client left, the dashboard
+// closed.
+func (d *Dashboard) waitTick(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, s session, tick, expired <-chan time.Time) bool {
+	for {
+		ok, changed := d.sessions.live(s)
+		if !ok {
+			return endExpired(w, rc)
+		}
+		select {
+		case <-tick:
+			return true
+		case <-changed: // a logout, this session's perhaps: check again
+		case <-expired:
+			return endExpired(w, rc)
+		case <-r.Context().Done():
+			return false
+		case <-d.done:
+			return false
+		}
+	}
+}
+
+// endExpired tells the page its session is over (it logs in again), and
+// returns false: the stream ends.
+func endExpired(w http.ResponseWriter, rc *http.ResponseController) bool {
+	w.Write([]byte("event: expired\ndata: {}\n\n")) //nolint:errcheck
+	rc.Flush()                                      //nolint:errcheck
+	return false
 }
