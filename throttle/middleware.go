@@ -30,7 +30,7 @@ type MiddlewareOptions struct {
 	// Trusted, if set, reports whether a request comes from a source
 	// whose claimed level is taken as it is, above the ceiling too: a
 	// front proxy or a service of yours, recognized by its peer address
-	// (r.RemoteAddr) or its mTLS identity (r.TLS.PeerCertificates). It
+	// (r.RemoteAddr) or its mTLS identity (r.TLS.VerifiedChains). It
 	// is asked only for a request that has the header. nil trusts no
 	// one: by default any client can lower its own level but never raise
 	// it above the ceiling, so a public client cannot send CRITICAL_PLUS
@@ -139,15 +139,17 @@ func (o *MiddlewareOptions) level(r *http.Request) Criticality {
 // Stamp returns r as a handler admitted at level crit sees it, so that
 // what it passes on is crit, never what the client claimed: its context
 // carries crit (WithCriticality) when crit is not DefaultCriticality or
-// r has the header name; and
-// when r's header name says anything other than crit (a claim capped at
-// its ceiling, an unreadable value, several values), it is replaced by
-// crit's name, on a copy of r and of its header (r is not changed). A
-// request with no such header and the default level is returned as it
-// is, without allocating.
+// r has the header name (DefaultHeader if empty); and when that header
+// says anything other than crit (a claim capped at its ceiling, an
+// unreadable value, several values), it is replaced by crit's name, on a
+// copy of r and of its header (r is not changed). A request with no such
+// header and the default level is returned as it is, without allocating.
 func Stamp(r *http.Request, name string, crit Criticality) *http.Request {
 	if !crit.Valid() {
 		crit = DefaultCriticality
+	}
+	if name == "" {
+		name = DefaultHeader
 	}
 	name = http.CanonicalHeaderKey(name)
 	vals, had := r.Header[name]

@@ -351,6 +351,9 @@ func TestStamp(t *testing.T) {
 	if r3 := Stamp(req, "X-Criticality", Sheddable); reflect.ValueOf(r3.Header).UnsafePointer() != reflect.ValueOf(req.Header).UnsafePointer() {
 		t.Error("a header already saying the level was copied")
 	}
+	if r5 := Stamp(req, "", SheddablePlus); r5.Header["X-Criticality"][0] != "SHEDDABLE_PLUS" {
+		t.Errorf("the default header's name: %q", r5.Header["X-Criticality"])
+	}
 	if r4 := Stamp(req, "X-Criticality", 200); r4.Header["X-Criticality"][0] != "CRITICAL" {
 		t.Errorf("an invalid level: %q", r4.Header["X-Criticality"])
 	}
