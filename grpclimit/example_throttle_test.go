@@ -10,7 +10,9 @@ import (
 )
 
 // The server throttler in front of a gRPC server: calls are admitted by
-// criticality (metadata x-criticality), queued by predicted cost, shed
+// criticality (metadata x-criticality, capped at CRITICAL: no client is
+// trusted to claim more without ThrottleOptions.Trusted), queued by
+// predicted cost, shed
 // with UNAVAILABLE and a retry-after trailer; the client interceptors
 // propagate a handler's level to the calls it makes.
 func ExampleNewThrottle() {

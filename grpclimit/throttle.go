@@ -25,16 +25,43 @@ type ThrottleOptions struct {
 	// (throttle.DefaultHeader, lower-cased) if empty.
 	Key string
 	// Criticality, if set, decides a call's level instead of the
-	// metadata (by method, by authenticated client, ...).
+	// metadata (by method, by authenticated client, ...), overriding
+	// Ceiling, Gate and Trusted.
 	Criticality func(ctx context.Context, fullMethod string) throttle.Criticality
-	// Gate, if set (and Criticality is not), caps the level a call claims
-	// in its metadata at its method's: the Criticality of the first of
-	// the gate's limits whose Match the call meets (gate.Gate.Classify;
-	// throttle.DefaultCriticality if none sets one), so a client can
-	// lower its level but not raise it — unless its peer is one of the
-	// gate's trusted proxies (throttle.Claim). Without it the metadata is
-	// believed as it is.
+	// Ceiling, if set, is the highest level a call may claim in its
+	// metadata (by method, by client); throttle.DefaultCriticality
+	// (CRITICAL) if nil or if it returns an invalid level. A call that
+	// claims no level, or names none of the four, runs at its ceiling;
+	// one that claims a lower level runs at that level; one that claims
+	// a higher level runs at the ceiling, unless Trusted (or Gate) says
+	// its source is trusted (throttle.Claim).
+	Ceiling func(ctx context.Context, fullMethod string) throttle.Criticality
+	// Trusted, if set, reports whether a call comes from a source whose
+	// claimed level is taken as it is, above the ceiling too: a service
+	// of yours, recognized by its peer address (peer.FromContext) or its
+	// mTLS identity (the peer's AuthInfo, credentials.TLSInfo). It is
+	// asked only for a call whose metadata has the key. nil trusts no
+	// one (but Gate's trusted proxies): by default any client can lower
+	// its own level but never raise it above the ceiling, so a public
+	// client cannot send CRITICAL_PLUS to jump the queue or escape
+	// shedding.
+	Trusted func(ctx context.Context) bool
+	// Gate, if set, gives a call's ceiling by method: the Criticality of
+	// the first of the gate's limits whose Match the call meets
+	// (gate.Gate.Classify), in place of Ceiling's where one sets a level;
+	// and a peer among the gate's trusted proxies is trusted, as Trusted
+	// trusts. With Limiter set and Gate not, the limiter's gate is used.
 	Gate *gate.Gate
+	// Limiter, if set, is the quota gate the interceptors ask after the
+	// throttler admits a call, never before: a call the throttler sheds
+	// (UNAVAILABLE) spends no quota, and a call the quota refuses
+	// (RESOURCE_EXHAUSTED, or the Limiter's other refusals) gives its
+	// throttler slot back at once, without a completion
+	// (throttle.Ticket.Release). Use Throttle's Unary and Stream alone
+	// then: chaining Limiter's own interceptors too would charge twice,
+	// and chaining them before Throttle's charges calls that are then
+	// shed.
+	Limiter *Limiter
 	// Route, if set, keys the cost model instead of the default, the
 	// full method ("/pkg.Service/Method").
 	Route func(ctx context.Context, fullMethod string) throttle.RouteKey
@@ -48,9 +75,22 @@ type ThrottleOptions struct {
 // evicted by a more critical call, dropped at its deadline) fails with
 // UNAVAILABLE, "server overloaded (REASON); retry in N s", and a
 // retry-after trailer: the server, not the client's quota, is out of
-// room (a quota refusal is RESOURCE_EXHAUSTED). The call's level is put
-// in its context, so ThrottleClient propagates it to the calls it makes.
-// A stream holds its slot until its handler returns.
+// room (a quota refusal is RESOURCE_EXHAUSTED). A stream holds its slot
+// until its handler returns.
+//
+// A call's level is ThrottleOptions.Criticality's if set; otherwise what
+// its metadata claims, capped at its ceiling unless its source is
+// trusted (ThrottleOptions.Ceiling, Trusted, Gate): an untrusted client
+// may lower its level, never raise it. The level it runs at is put in
+// its context (when other than throttle.DefaultCriticality, or when the
+// call's metadata had the key), so ThrottleClient propagates that level,
+// never the raw claim; and when the metadata said anything else (a claim
+// capped or unreadable), the handler's incoming metadata has it replaced
+// by that level, so a handler forwarding its incoming metadata does not
+// pass the raw claim on either.
+//
+// With ThrottleOptions.Limiter the same interceptors are the quota gate
+// too, after admission: the one right order (see ThrottleOptions.Limiter).
 type Throttle struct {
 	o       ThrottleOptions
 	retry   string
@@ -65,6 +105,12 @@ func NewThrottle(o ThrottleOptions) (*Throttle, error) {
 	if o.RetryAfter < 0 {
 		return nil, errors.New("grpclimit: ThrottleOptions.RetryAfter " + o.RetryAfter.String() + " is negative")
 	}
+	if o.Limiter != nil && o.Limiter.gate == nil {
+		return nil, errors.New("grpclimit: ThrottleOptions.Limiter was not made by grpclimit.New")
+	}
+	if o.Gate == nil && o.Limiter != nil {
+		o.Gate = o.Limiter.gate
+	}
 	if o.Key == "" {
 		o.Key = throttle.DefaultHeader
 	}
@@ -78,13 +124,10 @@ func NewThrottle(o ThrottleOptions) (*Throttle, error) {
 func (t *Throttle) admit(ctx context.Context, method string) (context.Context, *throttle.Ticket, error) {
 	var crit throttle.Criticality
 	md, _ := metadata.FromIncomingContext(ctx)
-	switch {
-	case t.o.Criticality != nil:
+	if t.o.Criticality != nil {
 		crit = t.o.Criticality(ctx, method)
-	case t.o.Gate != nil:
+	} else {
 		crit = t.claim(ctx, md, method)
-	default:
-		crit = throttle.FromValues(md[t.o.Key], throttle.DefaultCriticality)
 	}
 	if !crit.Valid() {
 		crit = throttle.DefaultCriticality
@@ -104,25 +147,53 @@ func (t *Throttle) admit(ctx context.Context, method string) (context.Context, *
 	if err != nil {
 		return nil, nil, t.shedError(ctx, err)
 	}
-	if crit != throttle.DefaultCriticality {
-		ctx = throttle.WithCriticality(ctx, crit)
+	return t.stamp(ctx, md, crit), tk, nil
+}
+
+// stamp returns the context of a call admitted at level crit (see
+// Throttle): carrying crit when it is not the default or md has the key,
+// and with incoming metadata saying crit where md said anything else.
+func (t *Throttle) stamp(ctx context.Context, md metadata.MD, crit throttle.Criticality) context.Context {
+	vals, had := md[t.o.Key]
+	if !had && crit == throttle.DefaultCriticality {
+		return ctx
 	}
-	return ctx, tk, nil
+	ctx = throttle.WithCriticality(ctx, crit)
+	if had && (len(vals) != 1 || vals[0] != crit.String()) {
+		md = md.Copy()
+		md[t.o.Key] = []string{crit.String()}
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	return ctx
 }
 
 // claim is the call's level: what its metadata claims, capped at its
-// method's level unless its peer is a trusted proxy (ThrottleOptions.Gate).
+// ceiling (the Gate's for its method, else Ceiling's, else the default)
+// unless its source is trusted (the Gate's trusted proxies, Trusted).
 func (t *Throttle) claim(ctx context.Context, md metadata.MD, method string) throttle.Criticality {
-	req := gate.Request{FullMethod: method, MD: md, Ctx: ctx}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		req.Peer = p.Addr.String()
-	}
-	ceiling := throttle.DefaultCriticality
-	if c := t.o.Gate.Classify(&req); c.Criticality != "" {
-		ceiling, _ = throttle.ParseCriticality(c.Criticality)
-	}
 	vals := md[t.o.Key]
-	return throttle.Claim(vals, ceiling, len(vals) > 0 && req.Peer != "" && t.o.Gate.TrustedPeer(req.Peer))
+	ceiling := throttle.DefaultCriticality
+	var peerAddr string
+	if t.o.Gate != nil {
+		req := gate.Request{FullMethod: method, MD: md, Ctx: ctx}
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			req.Peer = p.Addr.String()
+		}
+		peerAddr = req.Peer
+		if c := t.o.Gate.Classify(&req); c.Criticality != "" {
+			ceiling, _ = throttle.ParseCriticality(c.Criticality)
+		} else if t.o.Ceiling != nil {
+			ceiling = t.o.Ceiling(ctx, method)
+		}
+	} else if t.o.Ceiling != nil {
+		ceiling = t.o.Ceiling(ctx, method) // Claim takes an invalid one as the default
+	}
+	if len(vals) == 0 {
+		return throttle.Claim(nil, ceiling, false)
+	}
+	trusted := t.o.Gate != nil && peerAddr != "" && t.o.Gate.TrustedPeer(peerAddr) ||
+		t.o.Trusted != nil && t.o.Trusted(ctx)
+	return throttle.Claim(vals, ceiling, trusted)
 }
 
 func (t *Throttle) shedError(ctx context.Context, err error) error {
@@ -150,7 +221,17 @@ func (t *Throttle) Unary() grpc.UnaryServerInterceptor {
 			}
 			return nil, err
 		}
-		defer tk.Done() // also when the handler panics
+		defer tk.Done() // also when the handler panics; nothing after Release
+		if t.o.Limiter != nil {
+			trailer, err := t.o.Limiter.check(ctx, info.FullMethod)
+			if trailer != nil {
+				grpc.SetTrailer(ctx, trailer) //nolint:errcheck // fails only outside a call
+			}
+			if err != nil {
+				tk.Release() // refused by its quota: not run, no completion
+				return nil, err
+			}
+		}
 		return handler(ctx2, req)
 	}
 }
@@ -165,7 +246,17 @@ func (t *Throttle) Stream() grpc.StreamServerInterceptor {
 			}
 			return err
 		}
-		defer tk.Done()
+		defer tk.Done() // nothing after Release
+		if t.o.Limiter != nil {
+			trailer, err := t.o.Limiter.check(ss.Context(), info.FullMethod)
+			if trailer != nil {
+				ss.SetTrailer(trailer)
+			}
+			if err != nil {
+				tk.Release() // refused by its quota: not run, no completion
+				return err
+			}
+		}
 		if ctx != ss.Context() {
 			ss = &ctxStream{ServerStream: ss, ctx: ctx}
 		}

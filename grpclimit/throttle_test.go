@@ -62,7 +62,14 @@ func recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h gr
 // and returns a client connection (with extra dial options).
 func serveThrottled(t *testing.T, th *throttle.Throttler, h *ctlHealth, dial ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	it, err := grpclimit.NewThrottle(grpclimit.ThrottleOptions{Throttler: th, RetryAfter: 2 * time.Second})
+	return dialTo(t, serveThrottledWith(t, grpclimit.ThrottleOptions{Throttler: th, RetryAfter: 2 * time.Second}, h), dial...)
+}
+
+// serveThrottledWith serves h behind interceptors made with o on
+// loopback and returns the server's address.
+func serveThrottledWith(t *testing.T, o grpclimit.ThrottleOptions, h *ctlHealth) string {
+	t.Helper()
+	it, err := grpclimit.NewThrottle(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +81,13 @@ func serveThrottled(t *testing.T, th *throttle.Throttler, h *ctlHealth, dial ...
 	}
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	return ln.Addr().String()
+}
+
+// dialTo returns a client connection to addr (with extra dial options).
+func dialTo(t *testing.T, addr string, dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +175,9 @@ func TestThrottleShedsAtFullQueue(t *testing.T) {
 }
 
 // The front's handler calls the back through ThrottleClient: the level
-// the front read from the caller's metadata reaches the back's handler,
-// unary and streaming; a caller naming none arrives as the default.
+// the front ran the call at reaches the back's handler, unary and
+// streaming — a lower claim as it is, an untrusted caller's CRITICAL_PLUS
+// capped at CRITICAL; a caller naming none arrives as the default.
 func TestThrottleCriticalityPropagated(t *testing.T) {
 	seen := make(chan throttle.Criticality, 8)
 	u, s := grpclimit.ThrottleClient("")
@@ -195,7 +209,8 @@ func TestThrottleCriticalityPropagated(t *testing.T) {
 		want throttle.Criticality
 	}{
 		{[]string{"SHEDDABLE"}, "unary", throttle.Sheddable},
-		{[]string{"critical_plus"}, "unary", throttle.CriticalPlus},
+		{[]string{"critical_plus"}, "unary", throttle.Critical},
+		{[]string{"CRITICAL_PLUS"}, "stream", throttle.Critical},
 		{[]string{"sheddable-plus"}, "stream", throttle.SheddablePlus},
 		{nil, "unary", throttle.DefaultCriticality},
 	} {

@@ -21,13 +21,15 @@ import (
 //
 // A request's level: o.Criticality's if set; else the criticality of
 // its route (gate.Limit.Criticality, the first matching limit that sets
-// one; throttle.DefaultCriticality if none) is its ceiling, and the
-// level it claims in o.Header may lower it, never raise it, unless the
-// request comes from one of the gate's trusted proxies
-// (ClientIP.TrustedProxies), whose claim is taken as it is
-// (throttle.Claim). The cost model's route key is o.Key's, else the
-// method and the route pattern (o.Mux's), else the first matching
-// limit's name.
+// one; else o.Ceiling's, if set; else throttle.DefaultCriticality) is its
+// ceiling, and the level it claims in o.Header may lower it, never raise
+// it, unless the request comes from one of the gate's trusted proxies
+// (ClientIP.TrustedProxies) or o.Trusted trusts it, whose claim is taken
+// as it is (throttle.Claim). The handler sees the level it runs at, in
+// its context and in o.Header if the request had one (throttle.Stamp),
+// so throttle.Transport propagates that level, never the raw claim. The
+// cost model's route key is o.Key's, else the method and the route
+// pattern (o.Mux's), else the first matching limit's name.
 func (m *Middleware) Throttled(t *throttle.Throttler, o throttle.MiddlewareOptions) func(http.Handler) http.Handler {
 	if o.Header == "" {
 		o.Header = throttle.DefaultHeader
@@ -61,7 +63,7 @@ func (m *Middleware) Throttled(t *throttle.Throttler, o throttle.MiddlewareOptio
 				return
 			}
 			defer tk.Recycle() // after Serve, even if next panics
-			tk.Serve(w, r, next, o.ThreadCPU)
+			tk.Serve(w, throttle.Stamp(r, o.Header, crit), next, o.ThreadCPU)
 		})
 	}
 }
@@ -86,9 +88,13 @@ func (m *Middleware) throttleClass(r *http.Request, o *throttle.MiddlewareOption
 		return key, o.Criticality(r)
 	}
 	ceiling := throttle.DefaultCriticality
-	if c.Criticality != "" {
+	switch {
+	case c.Criticality != "":
 		ceiling, _ = throttle.ParseCriticality(c.Criticality)
+	case o.Ceiling != nil:
+		ceiling = o.Ceiling(r) // Claim takes an invalid one as the default
 	}
 	vals := r.Header[o.Header]
-	return key, throttle.Claim(vals, ceiling, len(vals) > 0 && m.gate.TrustedPeer(r.RemoteAddr))
+	trusted := len(vals) > 0 && (m.gate.TrustedPeer(r.RemoteAddr) || o.Trusted != nil && o.Trusted(r))
+	return key, throttle.Claim(vals, ceiling, trusted)
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,4 +195,65 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("condition not met in 10 s")
+}
+
+// TestThrottledTrustedAndCeiling: MiddlewareOptions.Ceiling is the
+// ceiling of a request no limit gives a level (a limit's criticality
+// wins where it sets one); MiddlewareOptions.Trusted trusts a source as
+// the gate's trusted proxies are trusted; the handler sees the level it
+// runs at in its context and in X-Criticality, never the raw claim.
+func TestThrottledTrustedAndCeiling(t *testing.T) {
+	pol := floodgate.MustPolicy("big", floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1000, Period: time.Second})
+	mw, err := httplimit.New(httplimit.Options{Config: gate.Config{
+		Limits: []gate.Limit{
+			{Name: "batch", Policy: pol, Match: gate.Match{PathPrefix: "/batch/"}, Criticality: "SHEDDABLE"},
+			{Name: "rest", Policy: pol},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mw.Close()
+	th := throttle.New(throttle.Config{Limit: 8})
+	var got throttle.Criticality
+	var header []string
+	h := mw.Throttled(th, throttle.MiddlewareOptions{
+		Ceiling: func(*http.Request) throttle.Criticality { return throttle.SheddablePlus },
+		Trusted: func(r *http.Request) bool { return strings.HasPrefix(r.RemoteAddr, "198.51.100.") },
+	})(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		got, _ = throttle.FromContext(r.Context())
+		header = r.Header["X-Criticality"]
+	}))
+	for _, c := range []struct {
+		peer, path, claim string
+		want              throttle.Criticality
+	}{
+		{"192.0.2.1", "/other", "CRITICAL_PLUS", throttle.SheddablePlus},
+		{"192.0.2.1", "/other", "CRITICAL", throttle.SheddablePlus},
+		{"192.0.2.1", "/other", "", throttle.SheddablePlus},
+		{"192.0.2.1", "/other", "junk", throttle.SheddablePlus},
+		{"192.0.2.1", "/other", "SHEDDABLE", throttle.Sheddable},
+		{"192.0.2.1", "/batch/x", "CRITICAL_PLUS", throttle.Sheddable}, // the limit's level wins
+		{"198.51.100.7", "/other", "CRITICAL_PLUS", throttle.CriticalPlus},
+		{"198.51.100.7", "/batch/x", "CRITICAL", throttle.Critical},
+		{"198.51.100.7", "/other", "", throttle.SheddablePlus},
+	} {
+		req := httptest.NewRequest("GET", c.path, nil)
+		req.RemoteAddr = c.peer + ":1"
+		if c.claim != "" {
+			req.Header.Set("X-Criticality", c.claim)
+		}
+		got, header = 255, nil
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 || got != c.want {
+			t.Errorf("%s %s claiming %q: %d, level %v; want %v", c.peer, c.path, c.claim, rec.Code, got, c.want)
+		}
+		if c.claim != "" && (len(header) != 1 || header[0] != c.want.String()) {
+			t.Errorf("%s %s claiming %q: the handler saw X-Criticality %q, want %q", c.peer, c.path, c.claim, header, c.want)
+		}
+		if c.claim != "" && req.Header.Get("X-Criticality") != c.claim {
+			t.Errorf("the caller's request was changed: %q", req.Header.Get("X-Criticality"))
+		}
+	}
 }

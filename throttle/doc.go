@@ -15,6 +15,8 @@
 // waited past its deadline is dropped before it runs.
 //
 // Middleware wires it into net/http: shed requests get 503 with
-// Retry-After (problem details when asked for). docs/THROTTLE.md
-// describes the design.
+// Retry-After (problem details when asked for). A request's level is what
+// it claims in a header, capped at a ceiling (CRITICAL by default) unless
+// MiddlewareOptions.Trusted says its source is trusted: a client may lower
+// its own level, never raise it. docs/THROTTLE.md describes the design.
 package throttle

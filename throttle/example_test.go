@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"time"
 
 	"github.com/floodgate/floodgate/throttle"
@@ -72,4 +73,33 @@ func ExampleThrottler_Enter() {
 	tk.DoneCost(3 * time.Millisecond) // or tk.Done() to let the throttler estimate it
 	fmt.Println(th.Predict(k))
 	// Output: 3ms
+}
+
+// Take the level a request claims as it is only from your own front
+// proxy (here by peer address; r.TLS.VerifiedChains for an mTLS
+// identity). Anyone else may lower its level but never raise it above
+// the ceiling, DefaultCriticality (CRITICAL) unless Ceiling says
+// otherwise: a public client's CRITICAL_PLUS runs as CRITICAL, and the
+// handler (and a Transport it calls through) sees CRITICAL.
+func ExampleMiddlewareOptions_trusted() {
+	th := throttle.New(throttle.Config{Adaptive: &throttle.AdaptiveConfig{}, MaxQueueCost: 200 * time.Millisecond})
+	front := netip.MustParsePrefix("10.0.0.0/8")
+	handler := th.Middleware(throttle.MiddlewareOptions{
+		Trusted: func(r *http.Request) bool {
+			ap, err := netip.ParseAddrPort(r.RemoteAddr)
+			return err == nil && front.Contains(ap.Addr())
+		},
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := throttle.FromContext(r.Context())
+		fmt.Println(r.RemoteAddr, "runs at", c, "header", r.Header.Get("X-Criticality"))
+	}))
+	for _, from := range []string{"203.0.113.9:4711", "10.1.2.3:4711"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = from
+		req.Header.Set("X-Criticality", "CRITICAL_PLUS")
+		handler.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	// Output:
+	// 203.0.113.9:4711 runs at CRITICAL header CRITICAL
+	// 10.1.2.3:4711 runs at CRITICAL_PLUS header CRITICAL_PLUS
 }

@@ -14,9 +14,28 @@ type MiddlewareOptions struct {
 	// DefaultHeader if empty.
 	Header string
 	// Criticality, if set, decides a request's level instead of the
-	// header (by route, by authenticated client, ...); it may call
-	// FromHeader itself.
+	// header (by route, by authenticated client, ...), overriding
+	// Ceiling and Trusted; it may call FromHeader or Claim itself.
 	Criticality func(*http.Request) Criticality
+	// Ceiling, if set, is the highest level a request may claim in
+	// Header (by route, by client); DefaultCriticality (CRITICAL) if nil
+	// or if it returns an invalid level. A request that claims no level,
+	// or one that names none of the four, runs at its ceiling; one that
+	// claims a lower level runs at that level; one that claims a higher
+	// level runs at the ceiling, unless Trusted says its source is
+	// trusted (Claim). A fixed ceiling:
+	//
+	//	Ceiling: func(*http.Request) throttle.Criticality { return throttle.SheddablePlus }
+	Ceiling func(*http.Request) Criticality
+	// Trusted, if set, reports whether a request comes from a source
+	// whose claimed level is taken as it is, above the ceiling too: a
+	// front proxy or a service of yours, recognized by its peer address
+	// (r.RemoteAddr) or its mTLS identity (r.TLS.VerifiedChains). It
+	// is asked only for a request that has the header. nil trusts no
+	// one: by default any client can lower its own level but never raise
+	// it above the ceiling, so a public client cannot send CRITICAL_PLUS
+	// to jump the queue or escape shedding.
+	Trusted func(*http.Request) bool
 	// Key, if set, keys the cost model instead of the default, the
 	// method and the route pattern (http.Request.Pattern: set when the
 	// middleware wraps a handler registered on a ServeMux; when it wraps
@@ -42,9 +61,19 @@ type MiddlewareOptions struct {
 // request (queue full, evicted, dropped at its deadline) is answered 503
 // Service Unavailable with Retry-After and Cache-Control: no-store, and
 // a problem-details body (RFC 9457) when the client accepts
-// application/problem+json, else a line of text. The request's
-// criticality is put in its context (when other than
-// DefaultCriticality), so a Transport propagates it.
+// application/problem+json, else a line of text.
+//
+// A request's level is o.Criticality's if set; otherwise what it claims
+// in o.Header, capped at o.Ceiling (DefaultCriticality by default)
+// unless o.Trusted trusts its source (see MiddlewareOptions.Ceiling and
+// Claim): an untrusted client may lower its level, never raise it. The
+// level it runs at is put in its context (when other than
+// DefaultCriticality, or when the request had the header), so a
+// Transport propagates that level, never the raw claim; and when the
+// header said anything other than that level (a claim capped or
+// unreadable), the handler sees the header rewritten to it (on a copy
+// of the request), so that a handler forwarding the request's headers
+// (httputil.ReverseProxy) does not pass the raw claim on either.
 func (t *Throttler) Middleware(o MiddlewareOptions) func(http.Handler) http.Handler {
 	if o.Header == "" {
 		o.Header = DefaultHeader
@@ -60,19 +89,11 @@ func (t *Throttler) Middleware(o MiddlewareOptions) func(http.Handler) http.Hand
 }
 
 func (t *Throttler) serve(w http.ResponseWriter, r *http.Request, next http.Handler, o *MiddlewareOptions, retry []string) {
-	var crit Criticality
-	if o.Criticality != nil {
-		crit = o.Criticality(r)
-	} else {
-		crit = FromValues(r.Header[o.Header], DefaultCriticality)
-	}
+	crit := o.level(r)
 	key := routeKey(r, o)
 	var deadline int64
 	if d, ok := r.Context().Deadline(); ok {
 		deadline = d.UnixMicro()
-	}
-	if !crit.Valid() {
-		crit = DefaultCriticality
 	}
 	tk := ticketPool.Get().(*Ticket)
 	// A pooled ticket goes back only when nothing refers to it: refused,
@@ -87,15 +108,60 @@ func (t *Throttler) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		writeShed(w, r, crit, err, retry)
 		return
 	}
-	if crit != DefaultCriticality {
-		r = r.WithContext(WithCriticality(r.Context(), crit))
-	}
+	r = Stamp(r, o.Header, crit)
 	if o.ThreadCPU && threadCPUSupported {
 		runThreadCPU(tk, w, r, next)
 		return
 	}
 	defer tk.Done()
 	next.ServeHTTP(w, r)
+}
+
+// level is r's criticality under o (see Middleware).
+func (o *MiddlewareOptions) level(r *http.Request) Criticality {
+	var crit Criticality
+	if o.Criticality != nil {
+		crit = o.Criticality(r)
+	} else {
+		ceiling := DefaultCriticality
+		if o.Ceiling != nil {
+			ceiling = o.Ceiling(r) // Claim takes an invalid one as the default
+		}
+		vals := r.Header[o.Header]
+		crit = Claim(vals, ceiling, len(vals) > 0 && o.Trusted != nil && o.Trusted(r))
+	}
+	if !crit.Valid() {
+		crit = DefaultCriticality
+	}
+	return crit
+}
+
+// Stamp returns r as a handler admitted at level crit sees it, so that
+// what it passes on is crit, never what the client claimed: its context
+// carries crit (WithCriticality) when crit is not DefaultCriticality or
+// r has the header name (DefaultHeader if empty); and when that header
+// says anything other than crit (a claim capped at its ceiling, an
+// unreadable value, several values), it is replaced by crit's name, on a
+// copy of r and of its header (r is not changed). A request with no such
+// header and the default level is returned as it is, without allocating.
+func Stamp(r *http.Request, name string, crit Criticality) *http.Request {
+	if !crit.Valid() {
+		crit = DefaultCriticality
+	}
+	if name == "" {
+		name = DefaultHeader
+	}
+	name = http.CanonicalHeaderKey(name)
+	vals, had := r.Header[name]
+	if !had && crit == DefaultCriticality {
+		return r
+	}
+	r = r.WithContext(WithCriticality(r.Context(), crit))
+	if had && (len(vals) != 1 || vals[0] != crit.String()) {
+		r.Header = r.Header.Clone()
+		r.Header[name] = []string{crit.String()}
+	}
+	return r
 }
 
 func routeKey(r *http.Request, o *MiddlewareOptions) RouteKey {

@@ -104,11 +104,14 @@ func Claim(values []string, ceiling Criticality, trusted bool) Criticality {
 // Serve runs next for a request admitted with tk and ends the ticket when
 // it returns (or panics): with threadCPU (Linux), its cost is the
 // handler's CPU time as MiddlewareOptions.ThreadCPU measures it, else
-// Done's estimate. The request's level goes into its context as the
-// middleware puts it.
+// Done's estimate. The request's level goes into its context when it is
+// not DefaultCriticality and the context does not carry it already (Stamp
+// does the rest of what the middleware does).
 func (tk *Ticket) Serve(w http.ResponseWriter, r *http.Request, next http.Handler, threadCPU bool) {
 	if tk.crit != DefaultCriticality {
-		r = r.WithContext(WithCriticality(r.Context(), tk.crit))
+		if c, ok := FromContext(r.Context()); !ok || c != tk.crit {
+			r = r.WithContext(WithCriticality(r.Context(), tk.crit))
+		}
 	}
 	if threadCPU && threadCPUSupported {
 		runThreadCPU(tk, w, r, next)

@@ -231,7 +231,12 @@ func wrap(peer string, mux *http.ServeMux) (http.Handler, *throttle.Throttler, e
 			c.Adaptive.Alpha, c.Adaptive.Beta = 8, 16
 		}
 		th := throttle.New(c)
-		return th.Middleware(throttle.MiddlewareOptions{Mux: mux})(mux), th, nil
+		// The load client is ours and its X-Criticality (CRITICAL or
+		// SHEDDABLE) is the workload's mix: trust it as sent. (The
+		// middleware's default trusts no one and caps a claim at
+		// CRITICAL, which would leave this mix as it is today but would
+		// silently flatten a CRITICAL_PLUS share if one is ever added.)
+		return th.Middleware(throttle.MiddlewareOptions{Mux: mux, Trusted: func(*http.Request) bool { return true }})(mux), th, nil
 	}
 	g, err := newGuard(peer)
 	if err != nil {
