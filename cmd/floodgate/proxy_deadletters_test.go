@@ -51,6 +51,15 @@ func TestProxyDeferFlagsBad(t *testing.T) {
 			t.Errorf("floodgate help proxy does not name %s", s)
 		}
 	}
+	if code, out, _ := cli(t, "help", "deadletters"); code != 0 || !strings.Contains(out, "deadletters requeue --queue NAME ID...") {
+		t.Errorf("floodgate help deadletters: exit %d\n%s", code, out)
+	}
+	if code, _, errs := cli(t, "deadletters", "purge"); code != exitUsage || !strings.Contains(errs, `unknown subcommand "purge"`) {
+		t.Errorf("deadletters purge: exit %d %q", code, errs)
+	}
+	if code, _, errs := cli(t, "deadletters", "list", "--limit", "0"); code != exitUsage || !strings.Contains(errs, "--limit 0") {
+		t.Errorf("deadletters list --limit 0: exit %d %q", code, errs)
+	}
 	c, err := proxyFlags([]string{"--upstream", "http://127.0.0.1:1", "--defer-max-deliveries", "7", "--defer-max-dead", "9", "--defer-poll-concurrency", "3"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,9 @@
 // upstream and its answer back), upstream.go (the upstream's
 // connections), upgrade.go (protocol switches), hop.go (hop-by-hop
 // headers), refuse.go (refusals), conn.go (the client's connection),
-// wait.go (a delay that ends when its client leaves), throttle.go (the
-// server throttler's admission before forwarding), metrics.go.
+// wait.go (a delay that ends when its client leaves, holding no
+// throttler slot), throttle.go (the server throttler's admission before
+// the gate, given back for a delay), metrics.go.
 package proxy
 
 import (
