@@ -111,7 +111,11 @@ type Queue struct {
 	o                      Options
 	stream, group, resultP string
 	pace, dead             string
-	guard                  *pollGuard
+	// deadIdx maps a dead letter's id (its poll id's) to its entry in the
+	// dead-letter stream; moved maps a requeued request's id to its entry
+	// in the stream now (Requeue).
+	deadIdx, moved string
+	guard          *pollGuard
 }
 
 // New makes the queue's consumer group if it does not exist.
@@ -124,7 +128,8 @@ func New(c rueidis.Client, o Options) (*Queue, error) {
 		return nil, err
 	}
 	tag := "{floodgate:defer:" + o.Name + "}"
-	q := &Queue{c: c, o: o, stream: tag + ":s", group: "workers", resultP: tag + ":r:", pace: tag + ":pace", dead: tag + ":dead", guard: guard}
+	q := &Queue{c: c, o: o, stream: tag + ":s", group: "workers", resultP: tag + ":r:", pace: tag + ":pace", dead: tag + ":dead",
+		deadIdx: tag + ":deadidx", moved: tag + ":moved", guard: guard}
 	err = c.Do(context.Background(), c.B().XgroupCreate().Key(q.stream).Group(q.group).Id("0").Mkstream().Build()).Error()
 	if err != nil && !rueidis.IsRedisBusyGroup(err) {
 		return nil, fmt.Errorf("deferq: creating the consumer group of %q: %w", o.Name, err)
@@ -191,6 +196,17 @@ func (q *Queue) Options() Options { return q.o }
 
 // Location returns the poll path of the entry id (as Enqueue returns it).
 func (q *Queue) Location(id string) string { return PollPrefix + q.o.Name + "/" + id }
+
+// origin returns the id a stream entry is known by: its poll id's and
+// Idempotency-Key's. That is its own id, or for a request requeued from
+// the dead-letter stream (Requeue) the id it was first queued with, kept
+// in its field "o".
+func origin(x rueidis.XRangeEntry) string {
+	if o := x.FieldValues["o"]; o != "" {
+		return o
+	}
+	return x.ID
+}
 
 // entry is a queued request, as stored in the stream's field "r".
 type entry struct {

@@ -112,31 +112,56 @@ func digits(s string) bool {
 	return true
 }
 
+// statusScript looks up the request ARGV[1]: its result (KEYS[1]) if it
+// has one, returned as {1, result}; else its entry in the stream KEYS[2],
+// where it is under its own id or, requeued, under the id KEYS[3] maps
+// it to, returned as {2, request}; else nothing. One script, so that a
+// delivery finishing in between (result stored, entry deleted) is never
+// seen as neither.
+var statusScript = rueidis.NewLuaScript(`
+local r = redis.call('GET', KEYS[1])
+if r then return {1, r} end
+local id = redis.call('HGET', KEYS[3], ARGV[1]) or ARGV[1]
+local e = redis.call('XRANGE', KEYS[2], id, id)
+if #e == 0 then return false end
+local f = e[1][2]
+local req, o = nil, ARGV[1]
+for i = 1, #f, 2 do
+  if f[i] == 'r' then req = f[i + 1] elseif f[i] == 'o' then o = f[i + 1] end
+end
+if req == nil or o ~= ARGV[1] then return false end
+return {2, req}`)
+
 // Status looks up the poll id: Done with its result, Pending, or Unknown
-// (a malformed id is Unknown, not an error).
+// (a malformed id is Unknown, not an error). A request requeued from the
+// dead-letter stream (Requeue) is found under its first id.
 func (q *Queue) Status(ctx context.Context, id string) (State, *Result, error) {
 	sid, tok, ok := parseID(id)
 	if !ok {
 		return Unknown, nil, nil
 	}
-	s, err := q.c.Do(ctx, q.c.B().Get().Key(q.resultP+sid).Build()).ToString()
-	if err == nil {
+	arr, err := statusScript.Exec(ctx, q.c, []string{q.resultP + sid, q.stream, q.moved}, []string{sid}).ToArray()
+	if isNil(err) {
+		return Unknown, nil, nil
+	}
+	if err != nil {
+		return Unknown, nil, err
+	}
+	if len(arr) != 2 {
+		return Unknown, nil, nil
+	}
+	kind, _ := arr[0].AsInt64()
+	s, _ := arr[1].ToString()
+	switch kind {
+	case 1:
 		var res Result
 		if json.Unmarshal([]byte(s), &res) != nil || res.Token != tok {
 			return Unknown, nil, nil
 		}
 		return Done, &res, nil
-	}
-	if !isNil(err) {
-		return Unknown, nil, err
-	}
-	es, err := q.c.Do(ctx, q.c.B().Xrange().Key(q.stream).Start(sid).End(sid).Build()).AsXRange()
-	if err != nil && !isNil(err) {
-		return Unknown, nil, err
-	}
-	for _, x := range es {
+	case 2:
 		var e entry
-		if json.Unmarshal([]byte(x.FieldValues["r"]), &e) == nil && e.Token == tok {
+		if json.Unmarshal([]byte(s), &e) == nil && e.Token == tok {
 			return Pending, nil, nil
 		}
 	}

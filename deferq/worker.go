@@ -29,12 +29,15 @@ local after = nxt + tonumber(ARGV[2])
 redis.call('SET', KEYS[1], string.format('%d', after), 'PX', math.floor((after - now) / 1000) + 60000)
 return nxt - now`)
 
-// finishScript acknowledges entry ARGV[2] of group ARGV[1], keeps its
-// result ARGV[4] for ARGV[3] ms and deletes the entry; an entry another
-// delivery acknowledged first is left alone (returns 0).
+// finishScript acknowledges entry ARGV[2] of group ARGV[1] of the stream
+// KEYS[1], keeps its result ARGV[4] for ARGV[3] ms at KEYS[2] (the
+// result key of its origin ARGV[5]), forgets where a requeued request
+// moved (KEYS[3]) and deletes the entry; an entry another delivery
+// acknowledged first is left alone (returns 0).
 var finishScript = rueidis.NewLuaScript(`
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+redis.call('HDEL', KEYS[3], ARGV[5])
 redis.call('XDEL', KEYS[1], ARGV[2])
 return 1`)
 
@@ -72,7 +75,7 @@ func (q *Queue) Once(ctx context.Context, consumer string, d Deliver) (bool, err
 		if n > q.o.MaxDeliveries {
 			var e entry
 			json.Unmarshal([]byte(x.FieldValues["r"]), &e) //nolint:errcheck // a corrupt entry has no token: its polls are 404
-			return false, q.deadLetter(ctx, x.ID, e.Token, n)
+			return false, q.deadLetter(ctx, x, e.Token, n)
 		}
 	}
 	if q.o.Interval > 0 {
@@ -120,17 +123,17 @@ func (q *Queue) deliver(ctx context.Context, x rueidis.XRangeEntry, d Deliver) e
 	var e entry
 	if err := json.Unmarshal([]byte(x.FieldValues["r"]), &e); err != nil {
 		// Not ours or corrupt: acknowledge it away rather than retry forever.
-		return q.finish(ctx, x.ID, &Result{Status: http.StatusInternalServerError, Body: []byte("corrupt deferred entry\n")})
+		return q.finish(ctx, x, &Result{Status: http.StatusInternalServerError, Body: []byte("corrupt deferred entry\n")})
 	}
 	r, err := http.NewRequestWithContext(ctx, e.Method, e.URL, bytes.NewReader(e.Body))
 	if err != nil {
-		return q.finish(ctx, x.ID, &Result{Status: http.StatusBadRequest, Body: []byte("bad deferred request\n"), Token: e.Token})
+		return q.finish(ctx, x, &Result{Status: http.StatusBadRequest, Body: []byte("bad deferred request\n"), Token: e.Token})
 	}
 	r.Header = http.Header(e.Header)
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
-	r.Header.Set(IdempotencyHeader, q.o.Name+"/"+x.ID) // stream ids repeat across queues
+	r.Header.Set(IdempotencyHeader, q.o.Name+"/"+origin(x)) // stream ids repeat across queues; a requeued request keeps its first
 	r.RequestURI, r.Host, r.RemoteAddr = e.URL, e.Host, e.Remote
 	res, err := d(ctx, r)
 	if err != nil {
@@ -142,18 +145,21 @@ func (q *Queue) deliver(ctx context.Context, x rueidis.XRangeEntry, d Deliver) e
 			delete(res.Header, k) // the body may be cut: its length is the poll's to set
 		}
 	}
-	return q.finish(ctx, x.ID, res)
+	return q.finish(ctx, x, res)
 }
 
-func (q *Queue) finish(ctx context.Context, id string, res *Result) error {
+// finish stores entry x's result under its origin's id, for its polls,
+// and deletes it.
+func (q *Queue) finish(ctx context.Context, x rueidis.XRangeEntry, res *Result) error {
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
-	err = finishScript.Exec(ctx, q.c, []string{q.stream, q.resultP + id},
-		[]string{q.group, id, strconv.FormatInt(max(1, q.o.ResultTTL.Milliseconds()), 10), string(b)}).Error()
+	orig := origin(x)
+	err = finishScript.Exec(ctx, q.c, []string{q.stream, q.resultP + orig, q.moved},
+		[]string{q.group, x.ID, strconv.FormatInt(max(1, q.o.ResultTTL.Milliseconds()), 10), string(b), orig}).Error()
 	if err != nil {
-		return fmt.Errorf("deferq: storing the result of %s of %q: %w", id, q.o.Name, err)
+		return fmt.Errorf("deferq: storing the result of %s of %q: %w", orig, q.o.Name, err)
 	}
 	return nil
 }

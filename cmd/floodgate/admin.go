@@ -60,10 +60,19 @@ type adminFlags struct {
 // defaultAdminURL is serve's default admin address, as a URL.
 const defaultAdminURL = "http://127.0.0.1:6070"
 
+// defaultProxyAdminURL is proxy's default admin address, as a URL.
+const defaultProxyAdminURL = "http://127.0.0.1:6071"
+
 // register adds the admin flags to fs; withJSON adds --json too (for the
 // commands whose output is a table).
 func (f *adminFlags) register(fs *flag.FlagSet, withJSON bool) {
-	fs.StringVar(&f.admin, "admin", envString("ADMIN_URL", defaultAdminURL), "the admin API: http://HOST:PORT, https://HOST:PORT, HOST:PORT or unix:PATH [FLOODGATE_ADMIN_URL]")
+	f.registerAt(fs, withJSON, defaultAdminURL)
+}
+
+// registerAt is register with the admin API at defURL by default (the
+// proxy's, for the commands only proxy answers).
+func (f *adminFlags) registerAt(fs *flag.FlagSet, withJSON bool, defURL string) {
+	fs.StringVar(&f.admin, "admin", envString("ADMIN_URL", defURL), "the admin API: http://HOST:PORT, https://HOST:PORT, HOST:PORT or unix:PATH [FLOODGATE_ADMIN_URL]")
 	fs.StringVar(&f.token, "token", "", "the admin token (default: --token-file's, else $FLOODGATE_ADMIN_TOKEN, as serve reads it)")
 	fs.StringVar(&f.tokenFile, "token-file", envString("ADMIN_TOKEN_FILE", ""), "read the admin token from this file (its first line) [FLOODGATE_ADMIN_TOKEN_FILE]")
 	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA to verify the admin API's certificate with (implies https)")

@@ -43,6 +43,13 @@ func envInt(name string, def int) int {
 	return def
 }
 
+func envInt64(name string, def int64) int64 {
+	if n, err := strconv.ParseInt(envString(name, ""), 10, 64); err == nil {
+		return n
+	}
+	return def
+}
+
 func envFloat(name string, def float64) float64 {
 	if f, err := strconv.ParseFloat(envString(name, ""), 64); err == nil {
 		return f

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/deferq"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/rules"
 )
@@ -26,7 +27,7 @@ func TestProxyDeferNeedsRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dw := newDeferWorkers(nil, "http://127.0.0.1:1", 0, nil)
+	dw := newDeferWorkers(nil, "http://127.0.0.1:1", deferq.Options{}, nil)
 	if _, err := dw.build(cfg, nil); err == nil || !strings.HasPrefix(err.Error(), "edge.yaml:3: http route orders: action defer needs --store redis") {
 		t.Errorf("got %v", err)
 	}

@@ -15,7 +15,7 @@ import (
 //
 //	floodgate_defer_queue_length{queue}        requests queued, not yet delivered
 //	floodgate_defer_oldest_age_seconds{queue}  how long the oldest of them has waited (0: none)
-//	floodgate_defer_dead_letters{queue}        requests whose delivery failed 5 times (deferq.Options.MaxDeliveries), kept in the dead-letter stream (at most 1000)
+//	floodgate_defer_dead_letters{queue}        requests whose delivery failed --defer-max-deliveries times, kept in the dead-letter stream (at most --defer-max-dead)
 //
 // The queues are those of the rules loaded last; a queue Redis could not
 // be asked about is left out of that scrape (and counted in
@@ -34,7 +34,7 @@ func newDeferMetrics(dw *deferWorkers) *deferMetrics {
 		age: prometheus.NewDesc("floodgate_defer_oldest_age_seconds",
 			"How long the oldest deferred request still queued has waited (by Redis's clock when it was accepted; 0 if none), by queue.", []string{"queue"}, nil),
 		dead: prometheus.NewDesc("floodgate_defer_dead_letters",
-			"Deferred requests whose delivery failed too many times (a transport error, a worker that died), moved to the queue's dead-letter stream (its newest 1000 kept), by queue.", []string{"queue"}, nil),
+			"Deferred requests whose delivery failed too many times (--defer-max-deliveries: a transport error, a timeout, a worker that died), moved to the queue's dead-letter stream (its newest --defer-max-dead kept; floodgate deadletters lists and requeues them), by queue.", []string{"queue"}, nil),
 		errCount: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_defer_scrape_errors_total",
 			Help: "Scrapes of a deferred queue's length or age that Redis did not answer (the queue was left out of that scrape)."}),
 	}

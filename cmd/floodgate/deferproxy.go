@@ -24,12 +24,13 @@ const maxDeferredResult = 1 << 20
 // limit, rebuilt on each rules load, and one worker per queue delivering
 // to the upstream.
 type deferWorkers struct {
-	client    rueidis.Client // nil without --store redis
-	upstream  string
-	claimIdle time.Duration
-	pollRate  float64 // --defer-poll-rate
-	log       *slog.Logger
-	consumer  string
+	client   rueidis.Client // nil without --store redis
+	upstream string
+	// opts are the flags' options of every queue (deferConfig.options):
+	// ClaimIdle, PollRate, PollConcurrency, MaxDeliveries, MaxDead.
+	opts     deferq.Options
+	log      *slog.Logger
+	consumer string
 
 	mu     sync.Mutex
 	queues []*deferq.Queue // the running ones, for deferMetrics
@@ -37,9 +38,9 @@ type deferWorkers struct {
 	wg     sync.WaitGroup
 }
 
-func newDeferWorkers(client rueidis.Client, upstream string, claimIdle time.Duration, log *slog.Logger) *deferWorkers {
+func newDeferWorkers(client rueidis.Client, upstream string, opts deferq.Options, log *slog.Logger) *deferWorkers {
 	host, _ := os.Hostname()
-	return &deferWorkers{client: client, upstream: upstream, claimIdle: claimIdle, log: log,
+	return &deferWorkers{client: client, upstream: upstream, opts: opts, log: log,
 		consumer: fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())}
 }
 
@@ -62,8 +63,9 @@ func (d *deferWorkers) build(cfg *rules.Config, limits []gate.Limit) (map[string
 		if l.Action != gate.Defer {
 			continue
 		}
-		q, err := deferq.New(d.client, deferq.Options{Name: l.Name, Interval: l.DeferInterval(), MaxLen: l.Defer.MaxQueue,
-			MaxBody: l.Defer.MaxBody, ResultTTL: l.Defer.ResultTTL, ClaimIdle: d.claimIdle, PollRate: d.pollRate})
+		o := d.opts
+		o.Name, o.Interval, o.MaxLen, o.MaxBody, o.ResultTTL = l.Name, l.DeferInterval(), l.Defer.MaxQueue, l.Defer.MaxBody, l.Defer.ResultTTL
+		q, err := deferq.New(d.client, o)
 		if err != nil {
 			return nil, fmt.Errorf("http route %s: %w", l.Name, err)
 		}
@@ -86,7 +88,7 @@ func (d *deferWorkers) run(queues map[string]*deferq.Queue) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	client := &http.Client{Timeout: d.claimIdle}
+	client := &http.Client{Timeout: d.opts.ClaimIdle}
 	for _, q := range queues {
 		d.wg.Go(func() {
 			deliver := deferq.ToUpstream(client, d.upstream, maxDeferredResult)

@@ -8,6 +8,7 @@
 //	floodgate inspect|reset ...     a key's state on a running server, or forget it (admin API)
 //	floodgate top [flags]           the heaviest keys per rule, live (admin API)
 //	floodgate overrides ...         get, set, delete, list, import and export per-key overrides (admin API)
+//	floodgate deadletters ...       list and requeue the proxy's deferred requests that failed (proxy's admin API)
 //	floodgate version               print the version
 package main
 
@@ -54,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return topCommand(args[1:], stdout, stderr)
 	case "overrides":
 		return overridesCommand(args[1:], stdout, stderr)
+	case "deadletters":
+		return deadlettersCommand(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "floodgate %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
@@ -94,6 +97,8 @@ commands:
   reset      forget a key's state: floodgate reset --domain D key=value...
   top        the heaviest keys per rule, live: floodgate top [--domain D] [--rule R] [--watch]
   overrides  per-key overrides: floodgate overrides get|set|delete|list|import FILE|export
+  deadletters  the proxy's deferred requests whose delivery failed:
+             floodgate deadletters list | requeue --queue NAME ID...|--all
   version    print the version and exit
   help       print this help; floodgate help CMD: a command's flags and exit codes
 `)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -49,12 +48,8 @@ type proxyConfig struct {
 	upstreamTimeout, bodyTimeout time.Duration
 	connCap                      connCapConfig
 	throttle                     throttleConfig
-	// deferClaimIdle is how long a deferred request a worker took may go
-	// unfinished before another worker claims it.
-	deferClaimIdle time.Duration
-	// deferPollRate bounds each client's polls of deferred requests, a
-	// second (deferq.Options.PollRate).
-	deferPollRate float64
+	// deferq tunes the defer routes' queues (deferq.Options).
+	deferq deferConfig
 }
 
 func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
@@ -75,8 +70,7 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.BoolVar(&c.failClosed, "fail-closed", envBool("FAIL_CLOSED"), "refuse requests (503) when the store fails outright; default: let them through [FLOODGATE_FAIL_CLOSED]")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", envDuration("UPSTREAM_TIMEOUT", 60*time.Second), "how long the upstream may take to send a response's header once it has the request, else 504; a response whose header came is never cut (it may stream for as long as it lasts); 0: no limit [FLOODGATE_UPSTREAM_TIMEOUT]")
 	fs.DurationVar(&c.bodyTimeout, "client-body-timeout", envDuration("CLIENT_BODY_TIMEOUT", 60*time.Second), "how long a client may leave its request's body without sending more (between two reads, as nginx's client_body_timeout), else 408 and the connection closes; 0: no limit [FLOODGATE_CLIENT_BODY_TIMEOUT]")
-	fs.Float64Var(&c.deferPollRate, "defer-poll-rate", envFloat("DEFER_POLL_RATE", 10), "action defer: the polls of deferred requests one client address may make a second (twice as many in a burst); more are answered 429 without asking Redis; negative: no bound (--trusted-proxies are not bounded by address) [FLOODGATE_DEFER_POLL_RATE]")
-	fs.DurationVar(&c.deferClaimIdle, "defer-claim-idle", envDuration("DEFER_CLAIM_IDLE", 30*time.Second), "action defer: how long a deferred request's delivery may go unfinished (a worker died, the upstream did not answer) before another worker delivers it again; also the delivery's timeout [FLOODGATE_DEFER_CLAIM_IDLE]")
+	c.deferq.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -98,8 +92,8 @@ func proxyFlags(args []string, stderr io.Writer) (*proxyConfig, error) {
 	if err := c.throttle.check(); err != nil {
 		return nil, err
 	}
-	if r := c.deferPollRate; math.IsNaN(r) || math.IsInf(r, 0) || r >= 0 && r < 0.001 {
-		return nil, fmt.Errorf("proxy: --defer-poll-rate %v: want polls a second (at least 0.001), or negative for no bound", r)
+	if err := c.deferq.check(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -179,8 +173,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 	if st.redis != nil {
 		rc = st.redis.Client()
 	}
-	dw := newDeferWorkers(rc, c.upstream, c.deferClaimIdle, log)
-	dw.pollRate = c.deferPollRate
+	dw := newDeferWorkers(rc, c.upstream, c.deferq.options(), log)
 	defer dw.stop()
 	if rc != nil {
 		if err := metrics.Register(newDeferMetrics(dw)); err != nil {
@@ -214,7 +207,7 @@ func runProxy(ctx context.Context, c *proxyConfig, log *slog.Logger) error {
 		stop := sampleEverySecond(pd.rec)
 		defer stop()
 	}
-	err = c.serveProxy(ctx, log, fp, proxyAdmin(c.adminToken, svc, fp, metrics, st.ready, dash), dash, loader)
+	err = c.serveProxy(ctx, log, fp, proxyAdmin(c.adminToken, svc, fp, dw, metrics, st.ready, dash), dash, loader)
 	fp.Gate().Close()
 	return err
 }
@@ -311,8 +304,9 @@ func (c *proxyConfig) gateBuilder(fp *proxy.Proxy, store floodgate.Store, ovr ov
 }
 
 // proxyAdmin returns the proxy's admin API: metrics, health, the
-// service's routes (rules, keys) and lifting a ban.
-func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, metrics *service.Metrics, ready func() (bool, string), dash *dashboard.Dashboard) http.Handler {
+// service's routes (rules, keys), lifting a ban, and the deferred
+// queues' dead letters (deadletters.go).
+func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, dw *deferWorkers, metrics *service.Metrics, ready func() (bool, string), dash *dashboard.Dashboard) http.Handler {
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -336,6 +330,8 @@ func proxyAdmin(token string, svc *service.Service, fp *proxy.Proxy, metrics *se
 		}
 		io.WriteString(w, "lifted\n")
 	})))
+	admin.Handle("GET /v1/deadletters", svc.RequireToken(token, http.HandlerFunc(dw.listDeadLetters)))
+	admin.Handle("POST /v1/deadletters/requeue", svc.RequireToken(token, http.HandlerFunc(dw.requeueDeadLetters)))
 	if dash != nil {
 		// the dashboard (dashboard.go): decisions, top keys, health
 		admin.Handle("/dashboard/", dash)

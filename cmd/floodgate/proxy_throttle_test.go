@@ -375,3 +375,71 @@ func TestProxyElasticFollowsThrottler(t *testing.T) {
 		t.Errorf("idle again: %d of 6 passed, want 4", n)
 	}
 }
+
+// throttleDelayRules: /slow/ allows one request a minute per X-Client and delays
+// the next up to a minute.
+const throttleDelayRules = `domain: edge
+http:
+  - name: slow
+    match: {path_prefix: /slow/}
+    key: [{header: X-Client}]
+    action: delay
+    max_delay: 1m
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: token_bucket}
+`
+
+// TestProxyThrottleDelayHoldsNoSlot runs the binary with a throttler of 2
+// slots and no queue: 4 requests in a delay action's wait (a minute each)
+// hold no slot (in flight 0, all 4 admitted before the gate), so requests
+// of another route are served at once (before the change 2 of the 4 held
+// both slots for their minute and the rest were shed with 503). Their
+// clients' leaving ends the delays (gone_while_delayed); nothing is left
+// in flight or queued.
+func TestProxyThrottleDelayHoldsNoSlot(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })) //nolint:errcheck
+	defer up.Close()
+	dir := t.TempDir()
+	writeRules(t, dir, "edge.yaml", throttleDelayRules)
+	p := startProxy(t, up.URL, dir, "--throttle-max-inflight", "2", "--throttle-queue-cost", "0")
+	r := &throttleRig{t: t, p: p, base: "http://" + p.addrs["proxy"], admin: "http://" + p.addrs["admin"] + "/metrics"}
+	for i := range 4 {
+		if st, _, _ := proxyGet(t, r.base+"/slow/x", "X-Client", fmt.Sprint("c", i)); st != 200 {
+			t.Fatalf("client %d's first request: %d", i, st)
+		}
+	}
+	var conns []net.Conn
+	for i := range 4 {
+		c, err := net.Dial("tcp", p.addrs["proxy"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /slow/x HTTP/1.1\r\nHost: x\r\nX-Client: c%d\r\n\r\n", i)
+		conns = append(conns, c)
+	}
+	redistest.WaitFor(t, 10*time.Second, "4 requests in their delay, holding no slot", func() bool {
+		m := r.scrape()
+		return sampleValue(t, m, "floodgate_throttle_admitted_total") == 8 && sampleValue(t, m, "floodgate_throttle_in_flight") == 0
+	})
+	for i := range 3 {
+		start := time.Now()
+		if st, _, _ := proxyGet(t, r.base+"/free"); st != 200 || time.Since(start) > 10*time.Second {
+			t.Fatalf("request %d of another route while 4 are delayed: %d after %v, want 200 at once", i+1, st, time.Since(start))
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	r.waitGauge(`floodgate_proxy_client_errors_total{reason="gone_while_delayed"}`, 4)
+	m := r.scrape()
+	for sample, want := range map[string]float64{
+		"floodgate_throttle_in_flight":                     0,
+		"floodgate_throttle_queue_length":                  0,
+		"floodgate_throttle_completions_total":             7, // the 4 first and the 3 others
+		`floodgate_proxy_requests_total{outcome="passed"}`: 7,
+	} {
+		if v := sampleValue(t, m, sample); v != want {
+			t.Errorf("%s = %v, want %v\n%s", sample, v, want, grepLines(m, "floodgate_"))
+		}
+	}
+}

@@ -38,6 +38,10 @@ type peerConn struct {
 	// gctx is the gate's context for the connection's requests: it leads
 	// watchingClock here.
 	gctx connContext
+	// adm is the throttler's admission of the request the gate is
+	// deciding (decide), for watchingClock: a delay action gives its slot
+	// back while it sleeps and enters the throttler again when it ends.
+	adm admission
 	// readErr is the last error a read of the connection returned.
 	readErr error
 

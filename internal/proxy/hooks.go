@@ -97,7 +97,10 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 // forward (checkRequest), says why, with no verdict. A request the
 // throttler shed (pend.shed) never reaches the gate: it spends no quota.
 // One the gate refuses gives its throttler slot back at once; one it
-// allows holds it in pend.tk until it has been forwarded.
+// allows holds it in pend.tk until it has been forwarded. One the gate
+// delays holds no slot while it waits: it is admitted again when its
+// delay ends, or shed then (pend.shed, what the gate reserved given
+// back), see admission.
 func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (pend pendingVerdict) {
 	pend.set = true
 	if pend.bad = checkRequest(&ctx.Request.Header, pc); pend.bad != nil {
@@ -122,6 +125,14 @@ func (p *Proxy) decide(ctx *fasthttp.RequestCtx, pc *peerConn) (pend pendingVerd
 	if pend.shed == nil {
 		pend.v = verdicts.Get().(*gate.Verdict)
 		g.Check(&req, pend.v)
+		// a delay action gave the slot back while it slept and took
+		// another (or was shed) when it ended: watchingClock
+		pend.tk, pend.shed = pc.adm.tk, pc.adm.shed
+		pc.adm = admission{}
+		if pend.shed != nil {
+			verdicts.Put(pend.v) // the gate gave back what it reserved
+			pend.v = nil
+		}
 	}
 	rv.ctx, rv.raw.Method, rv.raw.Host, rv.raw.Path, rv.raw.RawQuery = nil, "", "", "", ""
 	reqViews.Put(rv)

@@ -10,8 +10,9 @@
 // upstream and its answer back), upstream.go (the upstream's
 // connections), upgrade.go (protocol switches), hop.go (hop-by-hop
 // headers), refuse.go (refusals), conn.go (the client's connection),
-// wait.go (a delay that ends when its client leaves), throttle.go (the
-// server throttler's admission before forwarding), metrics.go.
+// wait.go (a delay that ends when its client leaves, holding no
+// throttler slot), throttle.go (the server throttler's admission before
+// the gate, given back for a delay), metrics.go.
 package proxy
 
 import (
@@ -56,10 +57,12 @@ type Config struct {
 	// connection); one past it is answered 429 and closed at once. The
 	// TrustedProxies' addresses are exempt. 0: no cap.
 	MaxConnsPerIP int
-	// Throttle, if set, admits each request the gate allowed before it
-	// is forwarded: at once, after a wait in its queue, or shed with 503
-	// and Retry-After (see package throttle). Protocol switches are not
-	// throttled. nil: no throttler.
+	// Throttle, if set, admits each request before the gate decides it
+	// (a shed request spends no quota): at once, after a wait in its
+	// queue, or shed with 503 and Retry-After (see package throttle). A
+	// request the gate delays gives its slot back for the delay and is
+	// admitted again when it ends, if the gate's clock is Clock's.
+	// Protocol switches are not throttled. nil: no throttler.
 	Throttle *throttle.Throttler
 	// CriticalityHeader is the request header the throttler reads a
 	// request's criticality from; throttle.DefaultHeader if empty.

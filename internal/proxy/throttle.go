@@ -27,10 +27,23 @@ func (p *Proxy) forwardAdmitted(ctx *fasthttp.RequestCtx, pc *peerConn, v *gate.
 // waits for its turn if it is queued, watching the connection meanwhile:
 // a client that leaves leaves the queue. Its route and level come from
 // the gate's Classify (admitClass). It returns the admitted ticket, or
-// why the request was shed.
+// why the request was shed; an admitted one is also pc.adm's, for a
+// delay action to give back while it sleeps (admission).
 func (p *Proxy) admitFirst(ctx *fasthttp.RequestCtx, pc *peerConn, g *gate.Gate, req *gate.Request) (*throttle.Ticket, error) {
 	key, crit := p.admitClass(ctx, pc, g, req)
-	tk, err := p.th.Enter(key, crit, 0)
+	tk, err := admit(p.th, pc, key, crit)
+	if err == nil {
+		pc.adm = admission{th: p.th, tk: tk, key: key, crit: crit}
+	}
+	return tk, err
+}
+
+// admit enters a request of route key and level crit into th and waits
+// for its turn if it is queued, watching pc meanwhile: a client that
+// leaves leaves the queue (context.Canceled). It returns the admitted
+// ticket, or why the request was shed.
+func admit(th *throttle.Throttler, pc *peerConn, key throttle.RouteKey, crit throttle.Criticality) (*throttle.Ticket, error) {
+	tk, err := th.Enter(key, crit, 0)
 	if err != nil || tk.Admitted() {
 		return tk, err
 	}
@@ -43,6 +56,51 @@ func (p *Proxy) admitFirst(ctx *fasthttp.RequestCtx, pc *peerConn, g *gate.Gate,
 		return nil, err
 	}
 	return tk, nil
+}
+
+// admission is the throttler's admission of the request the gate is
+// deciding on a connection (peerConn.adm), set by admitFirst. A delay
+// action (watchingClock.Sleep) gives tk's slot back for the length of
+// its sleep (delayStarts), so that requests waiting out a delay hold
+// neither a slot nor queued cost, and enters the request again, as a new
+// arrival of the same route and level, when it ends (delayEnds).
+type admission struct {
+	th   *throttle.Throttler
+	tk   *throttle.Ticket // nil: none held (no throttler, or in its delay)
+	key  throttle.RouteKey
+	crit throttle.Criticality
+	// shed is why the throttler shed the request when its delay ended:
+	// the gate gave back what it had reserved, and the request is
+	// answered as one shed on arrival (503).
+	shed error
+}
+
+// delayStarts gives the slot back for the delay: reports whether one was
+// held (and must be taken again when the delay ends).
+func (a *admission) delayStarts() bool {
+	if a.tk == nil {
+		return false
+	}
+	a.tk.Release() // no completion: it has not run
+	a.tk = nil
+	return true
+}
+
+// delayEnds enters the request into the throttler again and waits for
+// its turn, watching pc. It returns errClientGone if the client left
+// meanwhile, or the throttler's reason for shedding it (also kept in
+// a.shed); either makes the gate give back what the delay reserved.
+func (a *admission) delayEnds(pc *peerConn) error {
+	tk, err := admit(a.th, pc, a.key, a.crit)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return errClientGone
+	case err != nil:
+		a.shed = err
+		return err
+	}
+	a.tk = tk
+	return nil
 }
 
 // admitClass returns the request's key in the throttler's cost model and

@@ -35,6 +35,13 @@ type throttledProxy struct {
 
 func serveThrottled(t *testing.T, tc throttle.Config, trusted []netip.Prefix, limits ...gate.Limit) *throttledProxy {
 	t.Helper()
+	return serveThrottledClock(t, tc, clock.Coarse, trusted, limits...)
+}
+
+// serveThrottledClock is serveThrottled with the gate on clk (wrapped in
+// Clock, as floodgate proxy's).
+func serveThrottledClock(t *testing.T, tc throttle.Config, clk floodgate.Clock, trusted []netip.Prefix, limits ...gate.Limit) *throttledProxy {
+	t.Helper()
 	tp := &throttledProxy{th: throttle.New(tc)}
 	hold := make(chan struct{})
 	var once sync.Once
@@ -57,7 +64,7 @@ func serveThrottled(t *testing.T, tc throttle.Config, trusted []netip.Prefix, li
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gate.New(gate.Config{Clock: Clock(clock.Coarse), Limits: limits})
+	g, err := gate.New(gate.Config{Clock: Clock(clk), Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}

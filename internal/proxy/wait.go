@@ -22,12 +22,16 @@ type watchingClock struct{ base floodgate.Clock }
 func (c watchingClock) NowMicro() int64 { return c.base.NowMicro() }
 
 // Sleep sleeps on base, watching the request's connection (the value of
-// ctx for peerConnKey) meanwhile.
+// ctx for peerConnKey) meanwhile. A request the throttler admitted gives
+// its slot back for the sleep and is admitted again after it, as any
+// arrival (admission): an error then (shed, or the client left while it
+// waited its turn) is Sleep's, and the gate gives back what it reserved.
 func (c watchingClock) Sleep(ctx context.Context, d time.Duration) error {
 	pc, _ := ctx.Value(peerConnKey{}).(*peerConn)
 	if pc == nil || d <= 0 {
 		return c.base.Sleep(ctx, d)
 	}
+	held := pc.adm.delayStarts()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := pc.watch(func() { cancel(errClientGone) })
@@ -35,6 +39,9 @@ func (c watchingClock) Sleep(ctx context.Context, d time.Duration) error {
 	stop()
 	if err != nil && context.Cause(wctx) == errClientGone {
 		return errClientGone
+	}
+	if err == nil && held {
+		err = pc.adm.delayEnds(pc)
 	}
 	return err
 }
