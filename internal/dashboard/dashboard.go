@@ -10,7 +10,7 @@
 //	GET  /dashboard/            the page (401 and a login form without a session)
 //	GET  /dashboard/{asset}     its scripts, styles and uPlot
 //	POST /dashboard/login       form field token → session cookie, 303 to the page
-//	POST /dashboard/logout      clears the cookie
+//	POST /dashboard/logout      revokes the session and clears the cookie
 //	GET  /dashboard/session     renews the session cookie (204)
 //	GET  /dashboard/events      text/event-stream: a Snapshot every Interval
 //	*    /dashboard/api/{path}  the admin API's /{path} (Options.Admin)
