@@ -28,6 +28,7 @@ type delayRig struct {
 	url     string
 	peek    func(user string) floodgate.Decision // the user's bucket, from the store
 	release func()
+	base    context.Context // every request's: ends when the test does
 	mu      sync.Mutex
 	served  []string // the paths the handler saw, with their X-User
 }
@@ -64,6 +65,11 @@ func newDelayRig(t *testing.T, tc throttle.Config) *delayRig {
 	})))
 	t.Cleanup(srv.Close)
 	t.Cleanup(r.release) // before srv.Close
+	// a failed test's requests leave (their delays on the manual clock
+	// would hold srv.Close forever), before srv.Close
+	var leave context.CancelFunc
+	r.base, leave = context.WithCancel(context.Background())
+	t.Cleanup(leave)
 	r.url = srv.URL
 	peeker := floodgate.NewLimiter(pol, st, floodgate.WithClock(clk))
 	r.peek = func(user string) floodgate.Decision {
@@ -86,7 +92,10 @@ type reply struct {
 // send sends GET path as user, answering on the channel.
 func (r *delayRig) send(ctx context.Context, path, user string) chan reply {
 	ch := make(chan reply, 1)
+	ctx, stop := context.WithCancel(ctx)
+	context.AfterFunc(r.base, stop)
 	go func() {
+		defer stop()
 		req, _ := http.NewRequestWithContext(ctx, "GET", r.url+path, nil)
 		req.Header.Set("X-User", user)
 		resp, err := http.DefaultClient.Do(req)
