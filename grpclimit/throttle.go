@@ -64,10 +64,9 @@ type ThrottleOptions struct {
 	// gate); shed then, it fails with UNAVAILABLE and the gate gives back
 	// what the delay reserved, so it spends no quota. A caller that
 	// leaves during the delay, or while it waits its turn after it, frees
-	// everything. Use Throttle's Unary and Stream alone
-	// then: chaining Limiter's own interceptors too would charge twice,
-	// and chaining them before Throttle's charges calls that are then
-	// shed.
+	// everything. Use Throttle's Unary and Stream alone then: chaining
+	// Limiter's own interceptors too would charge twice, and chaining
+	// them before Throttle's charges calls that are then shed.
 	Limiter *Limiter
 	// Route, if set, keys the cost model instead of the default, the
 	// full method ("/pkg.Service/Method").

@@ -44,7 +44,8 @@ type Options struct {
 	// then 503).
 	Render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
 	// Observe, when set, sees every verdict (for metrics and logs); it
-	// must not keep v, which is recycled.
+	// must not keep v, which is recycled. For a request Throttled sheds
+	// as its delay ends, v.Err is the throttler's (throttle.IsShed).
 	Observe func(r *http.Request, v *gate.Verdict)
 	// Defer holds the queue of each limit with action gate.Defer, by
 	// limit name (a *deferq.Queue, whose Interval should be the limit's

@@ -21,10 +21,10 @@ import (
 // then, it is answered 503 with Retry-After and the gate gives back what
 // the delay reserved, so it spends no quota. A client that leaves during
 // the delay, or while it waits its turn after it, frees everything. A
-// quota refusal is therefore
-// 429 and overload is 503, so clients and dashboards can tell them
-// apart; a request over its quota while the server is full is shed (503)
-// or waits in the queue like any other, and is refused 429 at its turn.
+// quota refusal is therefore 429 and overload is 503, so clients and
+// dashboards can tell them apart; a request over its quota while the
+// server is full is shed (503) or waits in the queue like any other, and
+// is refused 429 at its turn.
 //
 // A request's level: o.Criticality's if set; else the criticality of
 // its route (gate.Limit.Criticality, the first matching limit that sets
@@ -61,10 +61,14 @@ func (m *Middleware) Throttled(t *throttle.Throttler, o throttle.MiddlewareOptio
 			// a delay gives the slot back while it lasts and takes one
 			// again when it ends, or is shed then (throttle.DelayClock)
 			m.check(r, tk.Context(r.Context()), v)
+			shed := throttle.IsShed(v.Err)
+			if !shed {
+				m.respond(w, r, v)
+			}
 			if m.observe != nil {
 				m.observe(r, v)
 			}
-			if throttle.IsShed(v.Err) {
+			if shed {
 				// shed when its delay ended: the gate gave back what the
 				// delay reserved, so it spends no quota
 				err := v.Err
@@ -73,7 +77,6 @@ func (m *Middleware) Throttled(t *throttle.Throttler, o throttle.MiddlewareOptio
 				throttle.WriteShed(w, r, crit, err, o.RetryAfter)
 				return
 			}
-			m.respond(w, r, v)
 			allowed := v.Allowed
 			verdicts.Put(v)
 			if !allowed {
