@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/throttle"
 )
 
 // Options configure the interceptors.
@@ -56,6 +57,9 @@ type Limiter struct {
 
 // New builds the interceptors.
 func New(opts Options) (*Limiter, error) {
+	// A call Throttle admitted gives its slot back while the gate delays
+	// it (throttle.DelayClock); others sleep on Clock as they are.
+	opts.Config.Clock = throttle.DelayClock(opts.Config.Clock)
 	g, err := gate.New(opts.Config)
 	if err != nil {
 		return nil, err
@@ -70,7 +74,9 @@ func (l *Limiter) Gate() *gate.Gate { return l.gate }
 func (l *Limiter) Close() { l.gate.Close() }
 
 // check decides a call; it returns the trailer to send and, when refused,
-// the call's error.
+// the call's error: the throttler's own (throttle.IsShed, no trailer)
+// when ctx carries the call's ticket (throttle.Ticket.Context) and the
+// call was shed as its delay ended.
 func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	req := gate.Request{FullMethod: method, MD: md, Ctx: ctx}
@@ -79,6 +85,9 @@ func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error)
 	}
 	var v gate.Verdict
 	l.gate.Check(&req, &v)
+	if v.Deciding == nil && throttle.IsShed(v.Err) {
+		return nil, v.Err // the gate gave back what the delay reserved
+	}
 	var trailer metadata.MD
 	gate.Headers(&v, l.legacy, func(k string, vals []string) {
 		if trailer == nil {

@@ -57,10 +57,16 @@ type ThrottleOptions struct {
 	// (UNAVAILABLE) spends no quota, and a call the quota refuses
 	// (RESOURCE_EXHAUSTED, or the Limiter's other refusals) gives its
 	// throttler slot back at once, without a completion
-	// (throttle.Ticket.Release). Use Throttle's Unary and Stream alone
-	// then: chaining Limiter's own interceptors too would charge twice,
-	// and chaining them before Throttle's charges calls that are then
-	// shed.
+	// (throttle.Ticket.Release). A call the quota delays (gate.Delay)
+	// holds no slot and no queued cost while it waits: it gives its slot
+	// back when the delay starts and is admitted again, as any arrival,
+	// when the delay ends (throttle.DelayClock, which New gives the
+	// gate); shed then, it fails with UNAVAILABLE and the gate gives back
+	// what the delay reserved, so it spends no quota. A caller that
+	// leaves during the delay, or while it waits its turn after it, frees
+	// everything. Use Throttle's Unary and Stream alone then: chaining
+	// Limiter's own interceptors too would charge twice, and chaining
+	// them before Throttle's charges calls that are then shed.
 	Limiter *Limiter
 	// Route, if set, keys the cost model instead of the default, the
 	// full method ("/pkg.Service/Method").
@@ -223,7 +229,11 @@ func (t *Throttle) Unary() grpc.UnaryServerInterceptor {
 		}
 		defer tk.Done() // also when the handler panics; nothing after Release
 		if t.o.Limiter != nil {
-			trailer, err := t.o.Limiter.check(ctx, info.FullMethod)
+			trailer, err := t.o.Limiter.check(tk.Context(ctx), info.FullMethod)
+			if throttle.IsShed(err) { // as its delay ended: see ThrottleOptions.Limiter
+				grpc.SetTrailer(ctx, t.trailer) //nolint:errcheck // fails only outside a call
+				return nil, t.shedError(ctx, err)
+			}
 			if trailer != nil {
 				grpc.SetTrailer(ctx, trailer) //nolint:errcheck // fails only outside a call
 			}
@@ -248,7 +258,11 @@ func (t *Throttle) Stream() grpc.StreamServerInterceptor {
 		}
 		defer tk.Done() // nothing after Release
 		if t.o.Limiter != nil {
-			trailer, err := t.o.Limiter.check(ss.Context(), info.FullMethod)
+			trailer, err := t.o.Limiter.check(tk.Context(ss.Context()), info.FullMethod)
+			if throttle.IsShed(err) { // as its delay ended: see ThrottleOptions.Limiter
+				ss.SetTrailer(t.trailer)
+				return t.shedError(ss.Context(), err)
+			}
 			if trailer != nil {
 				ss.SetTrailer(trailer)
 			}

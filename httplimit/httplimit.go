@@ -21,6 +21,7 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -28,6 +29,7 @@ import (
 	"sync"
 
 	"github.com/floodgate/floodgate/gate"
+	"github.com/floodgate/floodgate/throttle"
 )
 
 // Options configure the middleware.
@@ -42,7 +44,8 @@ type Options struct {
 	// then 503).
 	Render func(w http.ResponseWriter, r *http.Request, v *gate.Verdict)
 	// Observe, when set, sees every verdict (for metrics and logs); it
-	// must not keep v, which is recycled.
+	// must not keep v, which is recycled. For a request Throttled sheds
+	// as its delay ends, v.Err is the throttler's (throttle.IsShed).
 	Observe func(r *http.Request, v *gate.Verdict)
 	// Defer holds the queue of each limit with action gate.Defer, by
 	// limit name (a *deferq.Queue, whose Interval should be the limit's
@@ -67,6 +70,9 @@ type Middleware struct {
 
 // New builds the middleware.
 func New(opts Options) (*Middleware, error) {
+	// A request Throttled admitted gives its slot back while the gate
+	// delays it (throttle.DelayClock); others sleep on Clock as they are.
+	opts.Config.Clock = throttle.DelayClock(opts.Config.Clock)
 	g, err := gate.New(opts.Config)
 	if err != nil {
 		return nil, err
@@ -116,8 +122,19 @@ var verdicts = sync.Pool{New: func() any { return new(gate.Verdict) }}
 // when v.Allowed the caller serves the request. The rate-limit headers are
 // set on w either way.
 func (m *Middleware) Serve(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
-	req := gate.Request{HTTP: r, Peer: r.RemoteAddr}
+	m.check(r, nil, v)
+	m.respond(w, r, v)
+}
+
+// check decides r into v, with ctx as the gate's context (r's if nil).
+func (m *Middleware) check(r *http.Request, ctx context.Context, v *gate.Verdict) {
+	req := gate.Request{HTTP: r, Peer: r.RemoteAddr, Ctx: ctx}
 	m.gate.Check(&req, v)
+}
+
+// respond sets the rate-limit headers of v on w and, when v is refused,
+// writes the refusal (Serve).
+func (m *Middleware) respond(w http.ResponseWriter, r *http.Request, v *gate.Verdict) {
 	h := w.Header()
 	gate.Headers(v, m.legacy, func(k string, vals []string) { h[k] = vals })
 	if v.Allowed {

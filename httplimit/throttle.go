@@ -14,10 +14,17 @@ import (
 // the gate, so a shed request never spends quota. One the gate refuses
 // (429, or the limit's status) gives its slot back at once
 // (throttle.Ticket.Release: no completion counted); one it allows runs
-// and holds its slot until next returns. A quota refusal is therefore
-// 429 and overload is 503, so clients and dashboards can tell them
-// apart; a request over its quota while the server is full is shed (503)
-// or waits in the queue like any other, and is refused 429 at its turn.
+// and holds its slot until next returns. One it delays (gate.Delay)
+// holds no slot and no queued cost while it waits: it gives its slot
+// back when the delay starts and is admitted again, as any arrival, when
+// the delay ends (throttle.DelayClock, which New gives the gate); shed
+// then, it is answered 503 with Retry-After and the gate gives back what
+// the delay reserved, so it spends no quota. A client that leaves during
+// the delay, or while it waits its turn after it, frees everything. A
+// quota refusal is therefore 429 and overload is 503, so clients and
+// dashboards can tell them apart; a request over its quota while the
+// server is full is shed (503) or waits in the queue like any other, and
+// is refused 429 at its turn.
 //
 // A request's level: o.Criticality's if set; else the criticality of
 // its route (gate.Limit.Criticality, the first matching limit that sets
@@ -51,9 +58,24 @@ func (m *Middleware) Throttled(t *throttle.Throttler, o throttle.MiddlewareOptio
 				return
 			}
 			v := verdicts.Get().(*gate.Verdict)
-			m.Serve(w, r, v)
+			// a delay gives the slot back while it lasts and takes one
+			// again when it ends, or is shed then (throttle.DelayClock)
+			m.check(r, tk.Context(r.Context()), v)
+			shed := throttle.IsShed(v.Err)
+			if !shed {
+				m.respond(w, r, v)
+			}
 			if m.observe != nil {
 				m.observe(r, v)
+			}
+			if shed {
+				// shed when its delay ended: the gate gave back what the
+				// delay reserved, so it spends no quota
+				err := v.Err
+				verdicts.Put(v)
+				tk.Recycle()
+				throttle.WriteShed(w, r, crit, err, o.RetryAfter)
+				return
 			}
 			allowed := v.Allowed
 			verdicts.Put(v)

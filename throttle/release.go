@@ -11,13 +11,18 @@ import (
 // not run after all (a quota refused it once admitted, or its body
 // failed before it was sent), without a completion: no cost enters the
 // model and no latency the adaptive limit, as Done's would. The next
-// queued request is admitted in its place. Release after Done, twice, or
-// on a ticket never admitted does nothing.
+// queued request is admitted in its place. Release of a suspended
+// ticket (Suspend) ends it, with no slot to give back; after Done, twice,
+// or on a ticket never admitted it does nothing.
 func (tk *Ticket) Release() {
 	t := tk.th
 	now := t.clock.NowMicro()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if tk.state == suspended {
+		tk.state = finished // it holds no slot: its delay gave it back
+		return
+	}
 	if tk.state != admitted {
 		return
 	}
@@ -54,11 +59,12 @@ func (t *Throttler) Admit(ctx context.Context, key RouteKey, crit Criticality, d
 }
 
 // Recycle puts a finished ticket from Admit back in its pool; the caller
-// must not use it afterwards. An unfinished ticket is not recycled (it
-// would still hold its slot).
+// must not use it afterwards (nor its Context). An unfinished ticket is
+// not recycled (it would still hold its slot, or its place in the queue,
+// or be resumed); one shed by Resume or the Wait after it is finished.
 func (tk *Ticket) Recycle() {
 	tk.th.mu.Lock()
-	done := tk.state == finished
+	done := tk.state == finished || tk.state == evicted || tk.state == expired || tk.state == withdrawn
 	tk.th.mu.Unlock()
 	if done {
 		ticketPool.Put(tk)

@@ -104,6 +104,7 @@ type Throttler struct {
 // counters are read without the lock, by Stats and the metrics.
 type counters struct {
 	admitted                  atomic.Uint64
+	suspended, readmitted     atomic.Uint64
 	refused, evicted, expired [numLevels]atomic.Uint64
 	withdrawn                 [numLevels]atomic.Uint64
 	predicted, actual, absErr atomic.Int64 // µs, over completions
@@ -159,12 +160,15 @@ type Ticket struct {
 	crit       Criticality
 	predicted  int64 // µs
 	deadline   int64 // µs since the epoch; 0: none
+	given      int64 // the deadline the caller gave (before MaxWait), for Resume
 	start      int64 // when it was admitted
 	startLoad  int   // in flight when it was admitted, itself included
 	cpu0       int64 // the process's CPU time when it was admitted (µs, estimated)
 	state      uint8
+	again      bool          // entered again by Resume: its admission is a readmission
 	ready      chan struct{} // closed when a queued ticket leaves the queue
 	prev, next *Ticket
+	dctx       ticketCtx // Context's
 }
 
 const (
@@ -174,6 +178,7 @@ const (
 	expired
 	withdrawn
 	finished
+	suspended // gave its slot back for a delay (Suspend), to Resume
 )
 
 // Enter asks to run a request of route key and criticality crit whose
@@ -192,6 +197,7 @@ func (t *Throttler) Enter(key RouteKey, crit Criticality, deadline int64) (*Tick
 // middleware's come from a pool).
 func (t *Throttler) enter(tk *Ticket, key RouteKey, crit Criticality, deadline int64) (*Ticket, error) {
 	now := t.clock.NowMicro()
+	tk.given = deadline
 	if t.maxWait > 0 && (deadline == 0 || now+t.maxWait < deadline) {
 		deadline = now + t.maxWait
 	}
@@ -428,7 +434,11 @@ func (t *Throttler) admit(tk *Ticket, now int64) {
 	tk.start = now
 	tk.startLoad = t.inflight
 	tk.cpu0 = t.cpuAt(now)
-	t.stats.admitted.Add(1)
+	if tk.again {
+		t.stats.readmitted.Add(1) // a request is admitted once: see Resume
+	} else {
+		t.stats.admitted.Add(1)
+	}
 }
 
 // dispatch admits queued requests, the most critical first and FIFO
@@ -534,6 +544,10 @@ func (tk *Ticket) finish(cost int64) {
 	now := t.clock.NowMicro()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if tk.state == suspended {
+		tk.state = finished // it holds nothing: its delay ended it (the client left)
+		return
+	}
 	if tk.state != admitted {
 		return // Done twice, or on a ticket that never ran: nothing to give back
 	}
@@ -603,7 +617,16 @@ func (t *Throttler) wallCost(tk *Ticket, now, wall int64) int64 {
 type Stats struct {
 	Limit, InFlight, Queued int
 	QueuedCost              time.Duration // predicted, of what the queue holds
-	Admitted                uint64
+	// Admitted counts the requests admitted, each once: a request
+	// admitted again when its delay ends (Resume) is counted in
+	// Readmitted, not here.
+	Admitted uint64
+	// Suspended counts the admitted requests that gave their slot back
+	// to wait out a delay (Ticket.Suspend); Readmitted, those of them
+	// admitted again when it ended (Ticket.Resume). The rest were shed
+	// then (and are counted in Refused, Evicted, Expired or Withdrawn),
+	// their clients left during the delay, or they are in it now.
+	Suspended, Readmitted uint64
 	// Refused (queue full), Evicted, Expired (dropped at the deadline) and
 	// Withdrawn (the caller left) count by criticality.
 	Refused, Evicted, Expired, Withdrawn [numLevels]uint64
@@ -618,6 +641,7 @@ func (t *Throttler) Stats() Stats {
 	s := &t.stats
 	st := Stats{Limit: int(s.limit.Load()), InFlight: int(s.inflight.Load()), Queued: int(s.queued.Load()),
 		QueuedCost: us(s.queuedCost.Load()), Admitted: s.admitted.Load(), Completions: s.completions.Load(),
+		Suspended: s.suspended.Load(), Readmitted: s.readmitted.Load(),
 		Predicted: us(s.predicted.Load()), Actual: us(s.actual.Load()), AbsoluteErr: us(s.absErr.Load())}
 	for l := range numLevels {
 		st.Refused[l], st.Evicted[l] = s.refused[l].Load(), s.evicted[l].Load()

@@ -390,9 +390,10 @@ http:
 
 // TestProxyThrottleDelayHoldsNoSlot runs the binary with a throttler of 2
 // slots and no queue: 4 requests in a delay action's wait (a minute each)
-// hold no slot (in flight 0, all 4 admitted before the gate), so requests
-// of another route are served at once (before the change 2 of the 4 held
-// both slots for their minute and the rest were shed with 503). Their
+// hold no slot (in flight 0, all 4 admitted before the gate and 4
+// suspended), so requests of another route are served at once (before
+// the change 2 of the 4 held both slots for their minute and the rest
+// were shed with 503). Their
 // clients' leaving ends the delays (gone_while_delayed); nothing is left
 // in flight or queued.
 func TestProxyThrottleDelayHoldsNoSlot(t *testing.T) {
@@ -419,7 +420,8 @@ func TestProxyThrottleDelayHoldsNoSlot(t *testing.T) {
 	}
 	redistest.WaitFor(t, 10*time.Second, "4 requests in their delay, holding no slot", func() bool {
 		m := r.scrape()
-		return sampleValue(t, m, "floodgate_throttle_admitted_total") == 8 && sampleValue(t, m, "floodgate_throttle_in_flight") == 0
+		return sampleValue(t, m, "floodgate_throttle_admitted_total") == 8 && sampleValue(t, m, "floodgate_throttle_in_flight") == 0 &&
+			sampleValue(t, m, "floodgate_throttle_suspended_total") == 4
 	})
 	for i := range 3 {
 		start := time.Now()
@@ -435,7 +437,9 @@ func TestProxyThrottleDelayHoldsNoSlot(t *testing.T) {
 	for sample, want := range map[string]float64{
 		"floodgate_throttle_in_flight":                     0,
 		"floodgate_throttle_queue_length":                  0,
-		"floodgate_throttle_completions_total":             7, // the 4 first and the 3 others
+		"floodgate_throttle_completions_total":             7,  // the 4 first and the 3 others
+		"floodgate_throttle_admitted_total":                11, // each once: 8, and the 3 others
+		"floodgate_throttle_readmitted_total":              0,  // the 4 left during their delay
 		`floodgate_proxy_requests_total{outcome="passed"}`: 7,
 	} {
 		if v := sampleValue(t, m, sample); v != want {

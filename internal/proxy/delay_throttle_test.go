@@ -62,7 +62,8 @@ func sleepers(t *testing.T, clk *clock.Manual, n int) {
 // both slots are held is shed like any arrival (503, never reaching the
 // upstream); one that ends with a slot free is admitted and forwarded. A
 // client that leaves during its delay frees everything; the in-flight
-// count is right at every step.
+// count is right at every step, and each request is counted admitted
+// once (the one served after its delay is readmitted).
 func TestDelayHoldsNoSlot(t *testing.T) {
 	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	tp := serveThrottledClock(t, throttle.Config{Limit: 2}, clk, nil, delayLimit())
@@ -158,6 +159,11 @@ func TestDelayHoldsNoSlot(t *testing.T) {
 	waitUntil(t, "the delays ended by their clients", func() bool { return clk.Sleepers() == 0 })
 	if st := tp.th.Stats(); st.InFlight != 0 || st.Queued != 0 || st.Completions != 7 {
 		t.Errorf("throttler at the end: %+v; want nothing in flight or queued, 7 completions (first, 3 free, 2 held, the delayed one)", st)
+	}
+	// each request admitted once: the delayed one served was readmitted,
+	// not admitted a second time (admitted_total against completions)
+	if st := tp.th.Stats(); st.Admitted != 10 || st.Suspended != 4 || st.Readmitted != 1 {
+		t.Errorf("throttler at the end: %+v; want 10 admitted (first, 4 delayed, 3 free, 2 held), 4 suspended, 1 readmitted", st)
 	}
 }
 

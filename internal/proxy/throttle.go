@@ -33,7 +33,7 @@ func (p *Proxy) admitFirst(ctx *fasthttp.RequestCtx, pc *peerConn, g *gate.Gate,
 	key, crit := p.admitClass(ctx, pc, g, req)
 	tk, err := admit(p.th, pc, key, crit)
 	if err == nil {
-		pc.adm = admission{th: p.th, tk: tk, key: key, crit: crit}
+		pc.adm = admission{tk: tk}
 	}
 	return tk, err
 }
@@ -61,14 +61,13 @@ func admit(th *throttle.Throttler, pc *peerConn, key throttle.RouteKey, crit thr
 // admission is the throttler's admission of the request the gate is
 // deciding on a connection (peerConn.adm), set by admitFirst. A delay
 // action (watchingClock.Sleep) gives tk's slot back for the length of
-// its sleep (delayStarts), so that requests waiting out a delay hold
-// neither a slot nor queued cost, and enters the request again, as a new
-// arrival of the same route and level, when it ends (delayEnds).
+// its sleep (delayStarts: throttle.Ticket.Suspend), so that requests
+// waiting out a delay hold neither a slot nor queued cost, and enters
+// the request again, as a new arrival of the same route and level, when
+// it ends (delayEnds: Ticket.Resume, counted as a readmission, so that
+// floodgate_throttle_admitted_total counts each request once).
 type admission struct {
-	th   *throttle.Throttler
-	tk   *throttle.Ticket // nil: none held (no throttler, or in its delay)
-	key  throttle.RouteKey
-	crit throttle.Criticality
+	tk *throttle.Ticket // nil: none (no throttler, or shed when its delay ended)
 	// shed is why the throttler shed the request when its delay ended:
 	// the gate gave back what it had reserved, and the request is
 	// answered as one shed on arrival (503).
@@ -78,12 +77,7 @@ type admission struct {
 // delayStarts gives the slot back for the delay: reports whether one was
 // held (and must be taken again when the delay ends).
 func (a *admission) delayStarts() bool {
-	if a.tk == nil {
-		return false
-	}
-	a.tk.Release() // no completion: it has not run
-	a.tk = nil
-	return true
+	return a.tk != nil && a.tk.Suspend() // no completion: it has not run
 }
 
 // delayEnds enters the request into the throttler again and waits for
@@ -91,15 +85,22 @@ func (a *admission) delayStarts() bool {
 // meanwhile, or the throttler's reason for shedding it (also kept in
 // a.shed); either makes the gate give back what the delay reserved.
 func (a *admission) delayEnds(pc *peerConn) error {
-	tk, err := admit(a.th, pc, a.key, a.crit)
+	err := a.tk.Resume()
+	if err == nil && !a.tk.Admitted() {
+		wctx, cancel := context.WithCancel(context.Background())
+		stop := pc.watch(cancel)
+		err = a.tk.Wait(wctx)
+		stop()
+		cancel()
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
+		a.tk = nil
 		return errClientGone
 	case err != nil:
-		a.shed = err
+		a.tk, a.shed = nil, err
 		return err
 	}
-	a.tk = tk
 	return nil
 }
 

@@ -16,7 +16,9 @@ import (
 //	floodgate_throttle_in_flight               requests running
 //	floodgate_throttle_queue_length            requests queued
 //	floodgate_throttle_queue_cost_seconds      their total predicted cost (CPU)
-//	floodgate_throttle_admitted_total          requests admitted
+//	floodgate_throttle_admitted_total          requests admitted, each once
+//	floodgate_throttle_suspended_total         admitted requests that gave their slot back for a delay
+//	floodgate_throttle_readmitted_total        of those, the ones admitted again when it ended
 //	floodgate_throttle_shed_total{criticality,reason}  reason: queue_full, evicted, deadline, canceled
 //	floodgate_throttle_completions_total       requests completed
 //	floodgate_throttle_cost_predicted_seconds_total  predicted cost of the completed
@@ -26,6 +28,7 @@ type Collector struct {
 	t     *throttle.Throttler
 	descs struct {
 		limit, inFlight, queued, queuedCost, admitted, shed *prometheus.Desc
+		suspended, readmitted                               *prometheus.Desc
 		completions, predicted, actual, absErr              *prometheus.Desc
 	}
 }
@@ -41,7 +44,9 @@ func New(t *throttle.Throttler, constLabels prometheus.Labels) *Collector {
 	c.descs.inFlight = d("in_flight", "Requests running.")
 	c.descs.queued = d("queue_length", "Requests waiting in the admission queue.")
 	c.descs.queuedCost = d("queue_cost_seconds", "The total predicted cost (CPU seconds) of the queued requests.")
-	c.descs.admitted = d("admitted_total", "Requests admitted to run.")
+	c.descs.admitted = d("admitted_total", "Requests admitted to run, each once (not again after a delay: see readmitted_total).")
+	c.descs.suspended = d("suspended_total", "Admitted requests that gave their slot back to wait out a delay action.")
+	c.descs.readmitted = d("readmitted_total", "Suspended requests admitted again when their delay ended (the others were shed then, left, or are in their delay).")
 	c.descs.shed = d("shed_total", "Requests shed (answered 503), by criticality and reason.", "criticality", "reason")
 	c.descs.completions = d("completions_total", "Requests completed.")
 	c.descs.predicted = d("cost_predicted_seconds_total", "The predicted cost of the completed requests, CPU seconds.")
@@ -53,7 +58,7 @@ func New(t *throttle.Throttler, constLabels prometheus.Labels) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.descs.limit, c.descs.inFlight, c.descs.queued, c.descs.queuedCost,
-		c.descs.admitted, c.descs.shed, c.descs.completions, c.descs.predicted, c.descs.actual, c.descs.absErr} {
+		c.descs.admitted, c.descs.suspended, c.descs.readmitted, c.descs.shed, c.descs.completions, c.descs.predicted, c.descs.actual, c.descs.absErr} {
 		ch <- d
 	}
 }
@@ -70,6 +75,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	g(c.descs.queued, float64(s.Queued))
 	g(c.descs.queuedCost, s.QueuedCost.Seconds())
 	n(c.descs.admitted, float64(s.Admitted))
+	n(c.descs.suspended, float64(s.Suspended))
+	n(c.descs.readmitted, float64(s.Readmitted))
 	for l := range s.Refused {
 		crit := throttle.Criticality(l).String()
 		n(c.descs.shed, float64(s.Refused[l]), crit, "queue_full")

@@ -79,3 +79,39 @@ func TestCollector(t *testing.T) {
 		t.Errorf("%d shed series, want 4 levels × 4 reasons", n)
 	}
 }
+
+// TestCollectorDelay: a request that gives its slot back for a delay and
+// is admitted again when it ends counts once in admitted_total, and once
+// in suspended_total and readmitted_total; one shed when its delay ends
+// counts in suspended_total and shed_total, not in readmitted_total.
+func TestCollectorDelay(t *testing.T) {
+	th := throttle.New(throttle.Config{Limit: 1})
+	k := throttle.RouteKey{Method: "GET", Route: "/d"}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(throttlemetrics.New(th, nil)); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := th.Enter(k, throttle.Critical, 0)
+	a.Suspend()
+	if err := a.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	a.Done()
+	b, _ := th.Enter(k, throttle.Critical, 0)
+	b.Suspend()
+	c, _ := th.Enter(k, throttle.Critical, 0) // takes the slot b gave back
+	if err := b.Resume(); err != throttle.ErrQueueFull {
+		t.Fatalf("b's Resume: %v", err)
+	}
+	c.Done()
+	m := gather(t, reg)
+	for name, want := range map[string]float64{
+		"floodgate_throttle_admitted_total{}": 3, "floodgate_throttle_suspended_total{}": 2,
+		"floodgate_throttle_readmitted_total{}": 1, "floodgate_throttle_completions_total{}": 2,
+		"floodgate_throttle_shed_total{criticality=CRITICAL,reason=queue_full,}": 1,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+}
