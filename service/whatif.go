@@ -32,10 +32,12 @@ const (
 	// whatIfCheckEvery is how many requests are replayed between two
 	// looks at the deadline.
 	whatIfCheckEvery = 256
-	// whatIfOverrideKeys caps the keys whose override a what-if
-	// remembers (looked up once for both replays); past it, a key's
-	// override is asked of the overrides store (its cache) at each use.
-	whatIfOverrideKeys = 1 << 18
+	// whatIfOverrideKeys and whatIfOverrideBytes cap the keys whose
+	// override a what-if remembers (looked up once for both replays) and
+	// their bytes; past either, a key's override is asked of the
+	// overrides store (its cache) at each use.
+	whatIfOverrideKeys  = 1 << 18
+	whatIfOverrideBytes = 32 << 20
 )
 
 // whatIfResult is POST /v1/whatif's answer.
@@ -337,10 +339,13 @@ func (p *replayer) count(r *decide.Result) {
 // for the rest of the what-if: the rules decide it, as they would live,
 // and the decider does not stop asking for the other keys.
 type whatIfOverrides struct {
-	ctx      context.Context // the what-if's: a lookup ends at its deadline
-	src      rules.Overrides
-	seen     map[string]whatIfOverride // domain NUL key → the answer (a replay is one goroutine, but its lookups may run at once)
+	ctx context.Context // the what-if's: a lookup ends at its deadline
+	src rules.Overrides
+	// mu guards seen and bytes: a replay is one goroutine, but the
+	// lookups of a request's descriptors run at once
 	mu       sync.Mutex
+	seen     map[string]whatIfOverride // domain NUL key → the answer
+	bytes    int                       // the remembered keys' bytes, roughly
 	failures atomic.Int64
 }
 
@@ -380,8 +385,9 @@ func (w *whatIfOverrides) Lookup(ctx context.Context, domain, key string) (rules
 		o, ok = rules.Override{}, false
 	}
 	w.mu.Lock()
-	if len(w.seen) < whatIfOverrideKeys {
+	if len(w.seen) < whatIfOverrideKeys && w.bytes+len(k) <= whatIfOverrideBytes {
 		w.seen[k] = whatIfOverride{o, ok}
+		w.bytes += len(k) + 64 // the entry, roughly
 	}
 	w.mu.Unlock()
 	return o, ok, nil
