@@ -305,7 +305,7 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 // network's failures are throttled (see RequireToken).
 //
 //	GET    /v1/rules
-//	GET    /v1/overrides/{domain}?after=KEY&limit=N
+//	GET    /v1/overrides/{domain}?after=KEY&limit=N[&prefix=P][&q=S]  (filtered: overridesearch.go)
 //	GET    /v1/overrides/{domain}/{key...}
 //	PUT    /v1/overrides/{domain}/{key...}   {"limit":5,"period":"1s","burst":0,"algorithm":"","note":""}
 //	DELETE /v1/overrides/{domain}/{key...}
@@ -461,6 +461,18 @@ func (s *Service) adminList(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		limit = n
+	}
+	if f, ok, err := readOverrideFilter(r); err != nil {
+		httpError(w, http.StatusBadRequest, "%v", err)
+		return
+	} else if ok { // a filtered page: an object, since a short page need not be the last
+		res, err := f.search(r.Context(), st, r.PathValue("domain"), r.URL.Query().Get("after"), limit)
+		if err != nil {
+			s.storeError(w, r, err)
+			return
+		}
+		writeJSON(w, res)
+		return
 	}
 	list, err := st.List(r.Context(), r.PathValue("domain"), r.URL.Query().Get("after"), limit)
 	if err != nil {

@@ -8,11 +8,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/clock"
 	"github.com/floodgate/floodgate/internal/decide"
 	"github.com/floodgate/floodgate/memstore"
+	"github.com/floodgate/floodgate/overrides"
 	"github.com/floodgate/floodgate/rules"
 )
 
@@ -29,6 +32,12 @@ const (
 	// whatIfCheckEvery is how many requests are replayed between two
 	// looks at the deadline.
 	whatIfCheckEvery = 256
+	// whatIfOverrideKeys and whatIfOverrideBytes cap the keys whose
+	// override a what-if remembers (looked up once for both replays) and
+	// their bytes; past either, a key's override is asked of the
+	// overrides store (its cache) at each use.
+	whatIfOverrideKeys  = 1 << 18
+	whatIfOverrideBytes = 32 << 20
 )
 
 // whatIfResult is POST /v1/whatif's answer.
@@ -37,7 +46,14 @@ type whatIfResult struct {
 	Window    whatIfSpan `json:"window"`
 	Candidate whatIfRun  `json:"candidate"` // the rules posted
 	Current   whatIfRun  `json:"current"`   // the live rules, over the same requests
-	Notes     []string   `json:"notes,omitempty"`
+	// OverridesApplied: the service has an overrides store, and both
+	// replays decided each key under its override as it is now.
+	OverridesApplied bool `json:"overrides_applied"`
+	// OverrideLookupFailures counts the keys whose override could not be
+	// read (the overrides store failed or the deadline passed): the
+	// rules decided them, as they would live.
+	OverrideLookupFailures int      `json:"override_lookup_failures,omitempty"`
+	Notes                  []string `json:"notes,omitempty"`
 }
 
 // whatIfSpan is the window a what-if replayed.
@@ -59,10 +75,13 @@ type whatIfSpan struct {
 
 // whatIfRun is one rule set's replay.
 type whatIfRun struct {
-	Loaded          bool         `json:"loaded"`           // the rules define the domain
-	RequestsRefused int          `json:"requests_refused"` // requests answered OVER_LIMIT
-	Invalid         int          `json:"invalid"`          // requests the service refuses as malformed
-	Rules           []whatIfRule `json:"rules"`            // in file order; then the descriptors' own limits
+	Loaded          bool `json:"loaded"`           // the rules define the domain
+	RequestsRefused int  `json:"requests_refused"` // requests answered OVER_LIMIT
+	// RequestsUnderOverride: requests with a descriptor decided under
+	// its key's override.
+	RequestsUnderOverride int          `json:"requests_under_override"`
+	Invalid               int          `json:"invalid"` // requests the service refuses as malformed
+	Rules                 []whatIfRule `json:"rules"`   // in file order; then the descriptors' own limits
 
 	byLimit map[*rules.Limit]*whatIfRule
 }
@@ -80,6 +99,7 @@ type whatIfRule struct {
 	ShadowRefused   int64  `json:"shadow_refused"`             // over, admitted by shadow mode
 	QuotaViolations int64  `json:"quota_violations,omitempty"` // over, admitted by quota mode
 	Degraded        int64  `json:"degraded,omitempty"`         // the replay store had no room: the failure mode decided
+	Overridden      int64  `json:"overridden,omitempty"`       // decided under the key's override (of the counts above)
 }
 
 // adminWhatIf serves POST /v1/whatif?minutes=M: the posted rules file
@@ -169,7 +189,12 @@ func (s *Service) runWhatIf(ctx context.Context, cand *rules.Config, domain stri
 		From: time.UnixMicro(rec.from).UTC(), To: time.UnixMicro(rec.to).UTC(), Recorded: len(rec.records),
 		Truncated: rec.truncated, CoversFrom: time.UnixMicro(rec.coversFrom).UTC(), Complete: true,
 	}}
-	runs := [2]*replayer{s.newReplayer(cand, domain, &out.Candidate), s.newReplayer(live, domain, &out.Current)}
+	var ovr *whatIfOverrides
+	if s.opts.Overrides != nil {
+		ovr = &whatIfOverrides{ctx: ctx, src: overrides.Lookup(s.opts.Overrides), seen: map[string]whatIfOverride{}}
+		out.OverridesApplied = true
+	}
+	runs := [2]*replayer{s.newReplayer(cand, domain, ovr, &out.Candidate), s.newReplayer(live, domain, ovr, &out.Current)}
 	defer runs[0].close()
 	defer runs[1].close()
 	for i := range rec.records {
@@ -189,6 +214,13 @@ func (s *Service) runWhatIf(ctx context.Context, cand *rules.Config, domain stri
 	}
 	if !out.Window.Complete {
 		out.Notes = append(out.Notes, fmt.Sprintf("the replay ran out of time (the admin timeout, %s) after %d requests: the counts are of those", s.adminTimeout(), out.Window.Replayed))
+	}
+	if ovr != nil {
+		out.OverrideLookupFailures = int(ovr.failures.Load())
+		out.Notes = append(out.Notes, fmt.Sprintf("per-key overrides applied as they are now (%d requests under one with the candidate, %d with the live rules)", out.Candidate.RequestsUnderOverride, out.Current.RequestsUnderOverride))
+		if n := out.OverrideLookupFailures; n > 0 {
+			out.Notes = append(out.Notes, fmt.Sprintf("%d keys' overrides could not be read (the overrides store failed or the deadline passed): their rules decided them", n))
+		}
 	}
 	if rec.truncated {
 		out.Notes = append(out.Notes, fmt.Sprintf("the recorder's caps dropped older requests: the replay covers the newest, from %s", out.Window.CoversFrom.Format(time.RFC3339Nano)))
@@ -213,7 +245,7 @@ type replayer struct {
 	own    []*rules.Limit // the descriptors' own limits met, in order
 }
 
-func (s *Service) newReplayer(cfg *rules.Config, domain string, out *whatIfRun) *replayer {
+func (s *Service) newReplayer(cfg *rules.Config, domain string, ovr *whatIfOverrides, out *whatIfRun) *replayer {
 	out.byLimit = map[*rules.Limit]*whatIfRule{}
 	if d := cfg.Domain(domain); d != nil {
 		out.Loaded = true
@@ -223,7 +255,10 @@ func (s *Service) newReplayer(cfg *rules.Config, domain string, out *whatIfRun) 
 	}
 	return &replayer{
 		s: s, cfg: cfg, domain: domain, out: out, clk: clock.NewManual(time.Unix(0, 0)),
-		dec: decide.New(decide.Options{ShadowMode: s.opts.ShadowMode, AllowRequestLimits: s.opts.AllowRequestLimits, Logger: s.opts.Logger}),
+		dec: decide.New(decide.Options{
+			Overrides: ovr.lookup(), OverrideTimeout: s.opts.OverrideTimeout,
+			ShadowMode: s.opts.ShadowMode, AllowRequestLimits: s.opts.AllowRequestLimits, Logger: s.opts.Logger,
+		}),
 		store: memstore.MustNew(memstore.Options{
 			MaxMemory: whatIfStoreMemory, Shards: 8, SweepInterval: -1, Logger: s.opts.Logger,
 		}),
@@ -246,17 +281,27 @@ func (p *replayer) replay(r *record) {
 		p.out.Invalid++ // a memory store fails only a malformed request
 		return
 	}
-	over := false
+	over, overridden := false, false
 	for i := range res {
 		if !res[i].Decided() {
 			continue
 		}
 		p.count(&res[i])
 		over = over || res[i].Code == decide.Over
+		overridden = overridden || underOverride(&res[i])
 	}
 	if over {
 		p.out.RequestsRefused++
 	}
+	if overridden {
+		p.out.RequestsUnderOverride++
+	}
+}
+
+// underOverride reports whether r was decided under its key's override:
+// a policy other than its rules-file limit's (and not its own limit's).
+func underOverride(r *decide.Result) bool {
+	return !r.Own && r.Policy != nil && r.Limit != nil && r.Policy != r.Limit.Policy
 }
 
 // count adds a decided descriptor to its limit's counts.
@@ -281,6 +326,80 @@ func (p *replayer) count(r *decide.Result) {
 	if r.Decision.Degraded {
 		c.Degraded++
 	}
+	if underOverride(r) {
+		c.Overridden++
+	}
+}
+
+// whatIfOverrides is a what-if's view of the per-key overrides: each key
+// looked up once (through the service's overrides store and its cache)
+// and remembered for both replays, so that a replay asks the store at most
+// once a distinct key (up to whatIfOverrideKeys), under the what-if's
+// deadline. A failed lookup is counted and answers "none" for the key,
+// for the rest of the what-if: the rules decide it, as they would live,
+// and the decider does not stop asking for the other keys.
+type whatIfOverrides struct {
+	ctx context.Context // the what-if's: a lookup ends at its deadline
+	src rules.Overrides
+	// mu guards seen and bytes: a replay is one goroutine, but the
+	// lookups of a request's descriptors run at once
+	mu       sync.Mutex
+	seen     map[string]whatIfOverride // domain NUL key → the answer
+	bytes    int                       // the remembered keys' bytes, roughly
+	failures atomic.Int64
+}
+
+type whatIfOverride struct {
+	o  rules.Override
+	ok bool
+}
+
+// lookup returns w as the replays' decider reads it (nil: no overrides).
+func (w *whatIfOverrides) lookup() rules.Overrides {
+	if w == nil {
+		return nil
+	}
+	return w
+}
+
+// Lookup implements rules.Overrides.
+func (w *whatIfOverrides) Lookup(ctx context.Context, domain, key string) (rules.Override, bool, error) {
+	k := decide.StoreKey(domain, key)
+	w.mu.Lock()
+	a, hit := w.seen[k]
+	w.mu.Unlock()
+	if hit {
+		return a.o, a.ok, nil
+	}
+	// the decider's context is the replay's (no deadline of its own): the
+	// what-if's bounds the lookup
+	lctx, cancel := context.WithCancel(w.ctx)
+	stop := context.AfterFunc(ctx, cancel)
+	o, ok, err := w.src.Lookup(lctx, domain, key)
+	stop()
+	cancel()
+	if err != nil {
+		// remembered too: the key is decided by its rules for the whole
+		// what-if, and the store is not asked again for it
+		w.failures.Add(1)
+		o, ok = rules.Override{}, false
+	}
+	w.mu.Lock()
+	if len(w.seen) < whatIfOverrideKeys && w.bytes+len(k) <= whatIfOverrideBytes {
+		w.seen[k] = whatIfOverride{o, ok}
+		w.bytes += len(k) + 64 // the entry, roughly
+	}
+	w.mu.Unlock()
+	return o, ok, nil
+}
+
+// MayHave reports whether domain may have overrides (the store's answer),
+// so that a domain with none costs its replay no lookup.
+func (w *whatIfOverrides) MayHave(domain string) bool {
+	if k, ok := w.src.(interface{ MayHave(string) bool }); ok {
+		return k.MayHave(domain)
+	}
+	return true
 }
 
 // finish lists the counts: the domain's limits in file order, then the

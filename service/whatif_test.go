@@ -46,6 +46,8 @@ type fixedModel struct {
 	counts map[string]int64 // rule|value|window → count
 	rules  map[string]*whatIfCounts
 	refReq int // requests refused
+	// window is a value's window (nil: a minute for every value).
+	window func(value string) time.Duration
 }
 
 func newFixedModel(limit func(string) (string, int64, bool)) *fixedModel {
@@ -62,7 +64,11 @@ func (m *fixedModel) add(t time.Time, value string, hits int64) {
 		m.rules[rule] = c
 	}
 	c.Matched++
-	k := fmt.Sprintf("%s|%s|%d", rule, value, t.UnixMicro()/time.Minute.Microseconds())
+	w := time.Minute
+	if m.window != nil {
+		w = m.window(value)
+	}
+	k := fmt.Sprintf("%s|%s|%d", rule, value, t.UnixMicro()/w.Microseconds())
 	switch {
 	case m.counts[k]+hits <= limit:
 		m.counts[k] += hits

@@ -18,6 +18,10 @@ import (
 type Metrics struct {
 	requests *prometheus.CounterVec
 	limits   *prometheus.CounterVec
+	// soft counts the decisions a limit in mode: soft (or elastic)
+	// admitted past its soft line, per route: serve's
+	// floodgate_soft_limit_crossings_total, the dashboard's "warned".
+	soft *prometheus.CounterVec
 	// upstream counts the requests the upstream failed (502 and 504),
 	// upstreamTimeouts those of them it sent no header for in time (504).
 	upstream         prometheus.Counter
@@ -29,6 +33,7 @@ type Metrics struct {
 	connsRefused prometheus.Counter
 	mu           sync.Mutex
 	limitKeys    map[[2]string]prometheus.Counter
+	softKeys     map[string]prometheus.Counter
 }
 
 // NewMetrics returns the proxy's metrics, registered nowhere yet
@@ -39,6 +44,8 @@ func NewMetrics() *Metrics {
 			Help: "Requests through the proxy by outcome (passed, refused, delayed, error)."}, []string{"outcome"}),
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_limit_decisions_total",
 			Help: "Decisions per http route (domain/route) and outcome (ok, over_limit, shadow_over_limit, banned; not_limited: an exempt value or an unlimited limit; store_unavailable: refused, the store not asked; degraded: decided by a failure mode without the store)."}, []string{"limit", "outcome"}),
+		soft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_proxy_soft_limit_crossings_total",
+			Help: "Decisions per http route (domain/route) that a limit in mode: soft (or elastic) admitted past its soft line (beyond requests_per_unit): each got Floodgate-Warning unless the route is in shadow mode. Each is also in floodgate_proxy_limit_decisions_total (ok, or degraded)."}, []string{"limit"}),
 		upstream: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_errors_total",
 			Help: "Requests the upstream failed: it could not be reached or broke off (502), or sent no response header within --upstream-timeout (504)."}),
 		upstreamTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_upstream_timeouts_total",
@@ -48,12 +55,13 @@ func NewMetrics() *Metrics {
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_proxy_connections_refused_total",
 			Help: "Connections answered 429 and closed at accept because their client address held --max-conns-per-ip connections already."}),
 		limitKeys: map[[2]string]prometheus.Counter{},
+		softKeys:  map[string]prometheus.Counter{},
 	}
 }
 
 // Collectors returns the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.limits, m.upstream, m.upstreamTimeouts, m.clients, m.connsRefused}
+	return []prometheus.Collector{m.requests, m.limits, m.soft, m.upstream, m.upstreamTimeouts, m.clients, m.connsRefused}
 }
 
 // limit returns the counter of a route's outcome.
@@ -65,6 +73,18 @@ func (m *Metrics) limit(name, outcome string) prometheus.Counter {
 	if !ok {
 		c = m.limits.WithLabelValues(name, outcome)
 		m.limitKeys[k] = c
+	}
+	return c
+}
+
+// softCrossing returns the counter of a route's soft-line crossings.
+func (m *Metrics) softCrossing(name string) prometheus.Counter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.softKeys[name]
+	if !ok {
+		c = m.soft.WithLabelValues(name)
+		m.softKeys[name] = c
 	}
 	return c
 }
@@ -122,6 +142,10 @@ func (p *Proxy) observe(v *gate.Verdict) {
 			outcome = "shadow_over_limit"
 		}
 		p.pm.limit(o.Limit.Name, outcome).Inc()
+		// as serve counts it (softCrossed): admitted past the soft line
+		if o.Decided() && o.Decision.Allowed && o.Decision.Excess {
+			p.pm.softCrossing(o.Limit.Name).Inc()
+		}
 	}
 	if p.onVerdict != nil {
 		p.onVerdict(v)

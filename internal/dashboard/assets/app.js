@@ -302,27 +302,39 @@
   let ovrAfter = "";
   // listOverrides lists a page of the domain's overrides (the next page
   // with more); quiet keeps the message of the change that asked for it.
+  // A search is the server's (?q=: a substring of the key or note, any
+  // case), over every override of the domain, not the pages shown.
   async function listOverrides(e, more, quiet) {
     if (e) e.preventDefault();
     const domain = $("ovr-domain").value.trim();
     if (!domain) return;
     if (!more) { ovrAfter = ""; $("ovr-table").tBodies[0].replaceChildren(); }
-    const q = "?limit=100" + (ovrAfter ? "&after=" + encodeURIComponent(ovrAfter) : "");
+    const filter = $("ovr-filter").value.trim();
+    let q = "?limit=100" + (ovrAfter ? "&after=" + encodeURIComponent(ovrAfter) : "");
+    if (filter) q += "&q=" + encodeURIComponent(filter);
     const r = await api("/v1/overrides/" + encodeURIComponent(domain) + q);
     if (!r.ok) { message(errorText(r), true); return; }
-    const filter = $("ovr-filter").value.trim().toLowerCase();
-    const list = r.body || [];
+    // filtered: {overrides, next, scanned}; else a page of at most 100
+    const list = (filter ? r.body && r.body.overrides : r.body) || [];
     for (const o of list) {
-      if (filter && !o.key.toLowerCase().includes(filter) && !(o.note || "").toLowerCase().includes(filter)) continue;
       $("ovr-table").tBodies[0].append(el("tr", { "data-key": o.key },
         el("td", {}, o.key), el("td", { class: "num" }, o.limit), el("td", {}, o.period || ""), el("td", { class: "num" }, o.burst || ""),
         el("td", {}, o.algorithm || ""), el("td", {}, o.note || ""),
         el("td", {}, el("button", { type: "button", class: "danger", onclick: () => deleteOverride(domain, o.key) }, "Delete"),
           el("button", { type: "button", onclick: () => editOverride(o) }, "Edit"))));
     }
-    ovrAfter = list.length ? list[list.length - 1].key : "";
-    $("ovr-more").hidden = list.length < 100;
-    if (!quiet) message(list.length ? "" : "No overrides" + (more ? " more." : " in " + domain + "."), false);
+    if (filter) {
+      ovrAfter = r.body.next || "";
+      $("ovr-more").hidden = !ovrAfter;
+    } else {
+      ovrAfter = list.length ? list[list.length - 1].key : "";
+      $("ovr-more").hidden = list.length < 100;
+    }
+    $("overrides").setAttribute("data-listed", String(Number($("overrides").getAttribute("data-listed") || 0) + 1));
+    if (quiet) return;
+    if (list.length) message("", false);
+    else if (filter && ovrAfter) message("None found in the first overrides searched; More searches on.", false);
+    else message("No overrides" + (filter ? " matching " + filter : "") + (more ? " more." : " in " + domain + "."), false);
   }
 
   function editOverride(o) {

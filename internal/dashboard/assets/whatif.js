@@ -61,6 +61,7 @@
   const COLS = [
     ["matched", "Matched"], ["allowed", "Allowed"], ["refused", "Refused"],
     ["shadow_refused", "Shadow-refused"], ["quota_violations", "Quota violations"], ["degraded", "Degraded"],
+    ["overridden", "Under an override"],
   ];
 
   // table is one rule set's counts: a row per rule (data-rule: its name).
@@ -81,7 +82,8 @@
     }
     wrap.append(
       el("h3", {}, title + ": ", el("span", { class: "requests-refused" }, String(run.requests_refused)), " requests refused",
-        run.invalid ? " (" + run.invalid + " malformed)" : ""),
+        run.invalid ? " (" + run.invalid + " malformed)" : "",
+        run.requests_under_override ? el("span", { class: "under-override" }, " (" + run.requests_under_override + " decided under a key's override)") : ""),
       el("table", {}, el("thead", {}, head), body));
     return wrap;
   }
@@ -91,6 +93,8 @@
     const from = new Date(w.truncated ? w.covers_from : w.from);
     let text = w.requests + " requests of domain " + res.domain + " replayed, from " + from.toLocaleTimeString() +
       " to " + new Date(w.to).toLocaleTimeString() + ".";
+    if (res.overrides_applied) text += " Per-key overrides applied, as they are now.";
+    if (res.override_lookup_failures) text += " " + res.override_lookup_failures + " keys' overrides could not be read: their rules decided them.";
     if (w.truncated) text += " The recorder's caps dropped older requests: the window covers the newest only.";
     if (!w.complete) text += " The replay ran out of time after " + w.replayed + " requests: the counts are of those.";
     status.textContent = text;
