@@ -171,6 +171,21 @@ func newWBLoad() *wbLoad {
 func (l *wbLoad) check(t *testing.T, budget float64) {
 	t.Helper()
 	most := int64(wbLimit + budget*wbLimit)
+	for _, v := range l.overBudget(most) {
+		t.Errorf("second %d admitted at least %d of %d sent (%d answered in it, %d that could be decided in no other), more than %d (limit %d, budget %g)",
+			v.w, v.n, l.sent[v.w], v.own, v.must, most, wbLimit, budget)
+	}
+}
+
+// wbOver is a window that admitted more than it may (overBudget): at
+// least n, own of them answered in it, must of them sent earlier and
+// answered in it with no room left before.
+type wbOver struct{ w, n, own, must int64 }
+
+// overBudget returns the windows of l that admitted more than most, with
+// the admissions answered after their sending window placed as check
+// says.
+func (l *wbLoad) overBudget(most int64) []wbOver {
 	own := map[int64]int64{}
 	for w, n := range l.admitted {
 		own[w] += n
@@ -187,25 +202,25 @@ func (l *wbLoad) check(t *testing.T, budget float64) {
 	}
 	spans := slices.Clone(l.spans)
 	slices.SortFunc(spans, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	var out []wbOver
 	var open []int64 // the spans' last windows, of those not placed yet
 	for w, next := first, 0; w <= last; w++ {
 		for ; next < len(spans) && spans[next][0] == w; next++ {
 			open = append(open, spans[next][1])
 		}
 		slices.Sort(open)
-		room := most - own[w]
-		took := min(max(room, 0), int64(len(open)))
+		took := min(max(most-own[w], 0), int64(len(open)))
 		open = open[took:]
-		must := 0
-		for must < len(open) && open[must] == w {
+		must := int64(0)
+		for must < int64(len(open)) && open[must] == w {
 			must++
 		}
-		if n := own[w] + took + int64(must); n > most {
-			t.Errorf("second %d admitted at least %d of %d sent (%d answered in it, %d that could be decided in no other), more than %d (limit %d, budget %g)",
-				w, n, l.sent[w], own[w], must, most, wbLimit, budget)
+		if n := own[w] + took + must; n > most {
+			out = append(out, wbOver{w, n, own[w], must})
 		}
 		open = open[must:]
 	}
+	return out
 }
 
 func (l *wbLoad) String() string {
@@ -340,5 +355,43 @@ func TestWriteBackRedisPaused(t *testing.T) {
 	}
 	if degraded == 0 {
 		t.Error("no decision went to the failure mode while Redis was paused")
+	}
+}
+
+// TestWBLoadOverBudget: the write-back tests' per-second check (no
+// servers). Admissions answered after their second are placed in one of
+// the seconds they span, so a run that fits the budget passes however
+// they straddle; one that cannot fit fails, in the second that must take
+// the excess, and one second's own admissions past the budget always
+// fail.
+func TestWBLoadOverBudget(t *testing.T) {
+	load := func(own map[int64]int64, spans ...[2]int64) *wbLoad {
+		l := newWBLoad()
+		for w, n := range own {
+			l.admitted[w] += n
+		}
+		for _, sp := range spans {
+			l.admitted[sp[0]]++
+			l.spans = append(l.spans, sp)
+		}
+		return l
+	}
+	rep := func(n int, sp [2]int64) [][2]int64 { return slices.Repeat([][2]int64{sp}, n) }
+	for _, c := range []struct {
+		name string
+		l    *wbLoad
+		want string
+	}{
+		{"fits", load(map[int64]int64{1: 415, 2: 415}, rep(10, [2]int64{1, 2})...), "[]"},
+		{"fits after", load(map[int64]int64{1: 420, 2: 410}, rep(10, [2]int64{1, 2})...), "[]"},
+		{"one over", load(map[int64]int64{1: 415, 2: 416}, rep(10, [2]int64{1, 2})...), "[{2 421 416 1}]"},
+		{"own over", load(map[int64]int64{1: 421, 2: 0}), "[{1 421 421 0}]"},
+		{"spans three", load(map[int64]int64{1: 420, 2: 420, 3: 415}, rep(5, [2]int64{1, 3})...), "[]"},
+		{"spans three, over", load(map[int64]int64{1: 420, 2: 420, 3: 416}, rep(5, [2]int64{1, 3})...), "[{3 421 416 1}]"},
+		{"earliest deadline first", load(map[int64]int64{1: 418, 2: 419, 3: 418}, append(rep(2, [2]int64{1, 3}), rep(2, [2]int64{1, 2})...)...), "[]"},
+	} {
+		if got := fmt.Sprint(c.l.overBudget(420)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
 	}
 }
