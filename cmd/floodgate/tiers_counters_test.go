@@ -193,49 +193,58 @@ descriptors:
 	}
 	// A node gives an idle key's slice back 250 ms after its last
 	// decision. Redis's count with the slices in it is read right after
-	// the traffic, and counts only if every node still held its slice
-	// once it was read (a node forgets the key before it gives its slice
-	// back); a host too slow for that takes another key.
+	// the traffic, and counts only if no node gave back anything meanwhile
+	// (its counter unmoved, the key still held once Redis's count was
+	// read: a node forgets the key before it gives its slice back); a
+	// host so slow that a node's key went idle during the traffic, or
+	// before the count was read, takes another key.
 	asked := 0
 	var value string
 	var held, after int
 	var back float64
+	returned := func() float64 {
+		var n float64
+		for _, s := range nodes {
+			n += metricSum(t, s.http, "floodgate_store_share_returned_total")
+		}
+		return n
+	}
 	for round := 0; ; round++ {
 		value = fmt.Sprint("under", round)
-		before := make([]tierCounts, len(nodes))
-		for i, s := range nodes {
-			before[i] = tierCountsOf(t, s)
-		}
+		back0 := returned()
 		admitted := tierDrive(t, "tiers", value, nodes, 150, 4)
 		asked += 150
-		held = redisCount(t, obs, "tiers", value)
-		all := true
-		for _, s := range nodes {
-			all = all && metricSum(t, s.http, "floodgate_store_share_keys") == 1
-		}
 		if admitted[0]+admitted[1] != 300 {
 			t.Fatalf("admitted %v of 150 each, under the limit %d", admitted, tierLimit)
 		}
+		back1 := returned()
+		held = redisCount(t, obs, "tiers", value)
+		still := true
+		for _, s := range nodes {
+			still = still && metricSum(t, s.http, "floodgate_store_share_keys") == 1
+		}
 		redistest.WaitFor(t, time.Minute, "every node's slice given back", slicesBack)
+		// a node forgets the key, then gives its slice back: Redis's
+		// count falls to what was admitted, and then the counters move
+		redistest.WaitFor(t, time.Minute, "Redis's count back at the 300 admitted", func() bool { return redisCount(t, obs, "tiers", value) <= 300 })
 		after = redisCount(t, obs, "tiers", value)
 		if after != 300 {
-			t.Errorf("Redis counts %d once every slice is given back, the fleet admitted 300", after)
+			t.Fatalf("Redis counts %d once every slice is given back, the fleet admitted 300", after)
 		}
-		back = 0
-		for i, s := range nodes {
-			c := tierCountsOf(t, s)
-			back += c.shBack - before[i].shBack
-			if c.shLost != 0 {
-				t.Errorf("node %d: %v requests of slices lost, inside the hour with Redis up", i, c.shLost)
-			}
-		}
-		if all {
+		if still && back1 == back0 {
+			redistest.WaitFor(t, time.Minute, fmt.Sprintf("the %d given back counted", held-after), func() bool { return returned()-back1 >= float64(held-after) })
+			back = returned() - back1
 			break
 		}
 		if round == 9 {
 			t.Fatalf("10 rounds, and in each some node had given its slice back before Redis's count was read")
 		}
 		t.Logf("round %d: a node gave its slice back before Redis's count was read; another key", round)
+	}
+	for i, s := range nodes {
+		if c := tierCountsOf(t, s); c.shLost != 0 {
+			t.Errorf("node %d: %v requests of slices lost, inside the hour with Redis up", i, c.shLost)
+		}
 	}
 	t.Logf("300 admitted; Redis counted %d with the slices, %d after; %v given back", held, after, back)
 	if back != float64(held-after) {
