@@ -84,7 +84,12 @@ func TestProxyDeferSurvivesKill(t *testing.T) {
 	defer up.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", deferRules)
-	args := []string{"--store", "redis://" + srv.Addr, "--defer-claim-idle", "1s", "--defer-poll-rate", "1000"} // polled every 20 ms
+	// Redis's answers are not what this test is about: a store timeout
+	// and a first connection's time that a starved host keeps (the
+	// default 50 ms timeout fails a starved call open, admitting a
+	// request over the limit; a slow dial fails the start)
+	args := []string{"--store", "redis://" + srv.Addr + "?dial_timeout=5s", "--store-timeout", "10s",
+		"--defer-claim-idle", "1s", "--defer-poll-rate", "1000"} // polled every 20 ms
 	a := startProxy(t, up.URL, dir, args...)
 	base := "http://" + a.addrs["proxy"]
 	post := func(path, body string) *http.Response {

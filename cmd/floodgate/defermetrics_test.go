@@ -51,7 +51,9 @@ func TestProxyDeferMetrics(t *testing.T) {
 	defer unhold() // before up.Close, which waits for held deliveries on a failure
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", deferRules)
-	p := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
+	// a store timeout a starved host keeps: the default 50 ms fails a
+	// starved call open, admitting a request the test defers
+	p := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr+"?dial_timeout=5s", "--store-timeout", "10s")
 	base, admin := "http://"+p.addrs["proxy"], "http://"+p.addrs["admin"]+"/metrics"
 	scrape := func() (length, age float64) {
 		_, _, m := proxyGet(t, admin)

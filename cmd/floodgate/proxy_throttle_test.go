@@ -205,6 +205,7 @@ func TestProxyThrottleShedsByCriticality(t *testing.T) {
 	// SHEDDABLE requests fill the queue until one is shed at once
 	queued := r.fill()
 	newest := queued[len(queued)-1]
+	t.Logf("%d queued in 20 ms of predicted cost; the first request cost %gs", len(queued), sampleValue(t, r.scrape(), "floodgate_throttle_cost_actual_seconds_total"))
 	go r.send("C", "/slow/c", "CRITICAL") // evicts the newest SHEDDABLE
 	if res := r.next(); res.name != newest || res.status != 503 {
 		t.Fatalf("CRITICAL at a full queue: %+v; want %s evicted with 503", res, newest)

@@ -559,17 +559,20 @@ func TestServeRedisDownDegradesAndRecovers(t *testing.T) {
 	srv := redistest.Standalone(t)
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
+	starve := redistest.WatchStarvation(t)
 	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
 	ready := func() (int, string) { return readyz(t, s.http) }
-	if code, _ := ready(); code != 200 {
-		t.Fatalf("readyz before: %d", code)
-	}
+	// readiness's first sample is taken as it is: a PING that a starved
+	// host answers late keeps it unready for --ready-after (5 s)
+	waitFor(t, "readyz before Redis is killed", func() bool { code, _ := ready(); return code == 200 })
 	srv.Kill()
 	waitFor(t, "readyz to report the store", func() bool {
 		start := time.Now()
 		r := s.ask(t, "api", desc("user", "down")) // fail open by default
-		if el := time.Since(start); el > time.Second || r.OverallCode != rlsv3.RateLimitResponse_OK {
-			t.Fatalf("while Redis is down: %v after %s", r.OverallCode, el)
+		// a second, and the few wake-ups of a call (the client's, the
+		// server's, the store's) as late as this host makes them
+		if el, most := time.Since(start), starve.Allow(time.Second, 4); el > most || r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("while Redis is down: %v after %s (at most %s)", r.OverallCode, el, most)
 		}
 		code, body := ready()
 		// the store's counters say so too, once the breaker opens

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,9 +86,12 @@ func waitWBNodes(t *testing.T, nodes []*server, n int) {
 // wbLoad is what a run of traffic saw, by window (second since the epoch).
 type wbLoad struct {
 	mu        sync.Mutex
-	admitted  map[int64]int64
+	admitted  map[int64]int64 // by the window they were sent in
 	sent      map[int64]int64
-	ambiguous int64 // answered after the window they were sent in ended: counted in both
+	ambiguous int64 // answered after the window they were sent in ended
+	// spans are the windows each of those was sent and answered in: it
+	// was decided in one of them (check)
+	spans [][2]int64
 	// admissions of requests sent from `from` to `to`
 	from, to time.Time
 	during   int64
@@ -94,9 +100,10 @@ type wbLoad struct {
 
 // wbDrive sends requests for key "hot" to each node at perNode a second,
 // from its goroutines, only in the middle of each second (from 50 ms to
-// 950 ms), until end; so that each decision falls within the second the
-// request was sent in, it counts admissions by that second (one answered
-// after it counts in both).
+// 950 ms), until end, so that most decisions fall within the second the
+// request was sent in; it counts admissions by that second, and keeps
+// apart the ones answered after it ended (a starved host's), which were
+// decided in the one or the other.
 func wbDrive(nodes []*server, perNode int, end time.Time, l *wbLoad) {
 	var wg sync.WaitGroup
 	for _, s := range nodes {
@@ -136,7 +143,7 @@ func wbDriveNode(s *server, perNode int, end time.Time, l *wbLoad) {
 						l.during++
 					}
 					if w2 != w {
-						l.admitted[w2]++
+						l.spans = append(l.spans, [2]int64{w, w2})
 						l.ambiguous++
 					}
 				}
@@ -151,15 +158,69 @@ func newWBLoad() *wbLoad {
 	return &wbLoad{admitted: map[int64]int64{}, sent: map[int64]int64{}}
 }
 
-// check fails a window of l that admitted more than the budget allows.
+// check fails a window of l that admitted more than the budget allows:
+// one whose own admissions (sent and answered in it) pass the most it
+// may admit, or one that does with the admissions answered after their
+// window ended (each decided in its sending window or a later one up to
+// its answer's) placed as best they can be: each window, in order, takes
+// the ones that must be decided in it, then, while it has room, those
+// whose span ends soonest (earliest deadline first: if any placement
+// keeps every window within the budget, this one does). Counting those in
+// every window they span failed a starved host's runs that admitted no
+// more than the budget.
 func (l *wbLoad) check(t *testing.T, budget float64) {
 	t.Helper()
 	most := int64(wbLimit + budget*wbLimit)
-	for w, n := range l.admitted {
-		if n > most {
-			t.Errorf("second %d admitted %d of %d sent, more than %d (limit %d, budget %g)", w, n, l.sent[w], most, wbLimit, budget)
-		}
+	for _, v := range l.overBudget(most) {
+		t.Errorf("second %d admitted at least %d of %d sent (%d answered in it, %d that could be decided in no other), more than %d (limit %d, budget %g)",
+			v.w, v.n, l.sent[v.w], v.own, v.must, most, wbLimit, budget)
 	}
+}
+
+// wbOver is a window that admitted more than it may (overBudget): at
+// least n, own of them answered in it, must of them sent earlier and
+// answered in it with no room left before.
+type wbOver struct{ w, n, own, must int64 }
+
+// overBudget returns the windows of l that admitted more than most, with
+// the admissions answered after their sending window placed as check
+// says.
+func (l *wbLoad) overBudget(most int64) []wbOver {
+	own := map[int64]int64{}
+	for w, n := range l.admitted {
+		own[w] += n
+	}
+	for _, sp := range l.spans {
+		own[sp[0]]-- // counted by its sending window above
+	}
+	first, last := int64(math.MaxInt64), int64(math.MinInt64)
+	for w := range own {
+		first, last = min(first, w), max(last, w)
+	}
+	for _, sp := range l.spans {
+		first, last = min(first, sp[0]), max(last, sp[1])
+	}
+	spans := slices.Clone(l.spans)
+	slices.SortFunc(spans, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	var out []wbOver
+	var open []int64 // the spans' last windows, of those not placed yet
+	for w, next := first, 0; w <= last; w++ {
+		for ; next < len(spans) && spans[next][0] == w; next++ {
+			open = append(open, spans[next][1])
+		}
+		slices.Sort(open)
+		took := min(max(most-own[w], 0), int64(len(open)))
+		open = open[took:]
+		must := int64(0)
+		for must < int64(len(open)) && open[must] == w {
+			must++
+		}
+		if n := own[w] + took + must; n > most {
+			out = append(out, wbOver{w, n, own[w], must})
+		}
+		open = open[must:]
+	}
+	return out
 }
 
 func (l *wbLoad) String() string {
@@ -196,27 +257,31 @@ func TestWriteBackFourNodes(t *testing.T) {
 			for _, n := range l.admitted {
 				want += float64(max(0, n-wbLimit))
 			}
-			var over, local, exact, syncs, errs float64
+			var over, unmeasured, local, exact, syncs, errs float64
 			measured := func() bool {
-				over, local, exact, syncs, errs = 0, 0, 0, 0, 0
+				over, unmeasured, local, exact, syncs, errs = 0, 0, 0, 0, 0, 0
 				for _, s := range nodes {
 					errs += metricSum(t, s.http, "floodgate_store_errors_total")
 					over += metricSum(t, s.http, "floodgate_tier_overshoot_total")
+					unmeasured += metricSum(t, s.http, "floodgate_tier_unmeasured_total")
 					local += metricSum(t, s.http, "floodgate_store_writeback_local_total")
 					exact += metricSum(t, s.http, "floodgate_store_calls_total")
 					syncs += metricSum(t, s.http, "floodgate_store_writeback_syncs_total")
 				}
-				return over >= want
+				return over+unmeasured >= want
 			}
 			// the last hits reach Redis within a sync interval
 			for deadline := time.Now().Add(5 * time.Second); !measured() && time.Now().Before(deadline); {
 				time.Sleep(20 * time.Millisecond)
 			}
-			t.Logf("overshoot metric %g, admitted beyond the limit %g; decisions in memory %g, Redis calls %g + %g syncs", over, want, local, exact, syncs)
+			t.Logf("overshoot metric %g (unmeasured %g), admitted beyond the limit %g; decisions in memory %g, Redis calls %g + %g syncs, %g errors",
+				over, unmeasured, want, local, exact, syncs, errs)
 			// a sync that timed out after Redis ran it is sent again: its
-			// hits count twice (a starved host's timeouts)
-			if l.ambiguous == 0 && over != want && (errs == 0 || over < want) {
-				t.Errorf("overshoot metric %g, want %g", over, want)
+			// hits count twice, or, applied once, go unmeasured (a starved
+			// host's timeouts; floodgate_tier_unmeasured_total says by how
+			// much the overshoot may be larger)
+			if l.ambiguous == 0 && (errs == 0 && (over != want || unmeasured != 0) || over+unmeasured < want) {
+				t.Errorf("overshoot metric %g (unmeasured %g), want %g", over, unmeasured, want)
 			}
 			if over > want+float64(l.ambiguous) && errs == 0 {
 				t.Errorf("overshoot metric %g, more than admitted beyond the limit (%g, %d ambiguous)", over, want, l.ambiguous)
@@ -290,5 +355,43 @@ func TestWriteBackRedisPaused(t *testing.T) {
 	}
 	if degraded == 0 {
 		t.Error("no decision went to the failure mode while Redis was paused")
+	}
+}
+
+// TestWBLoadOverBudget: the write-back tests' per-second check (no
+// servers). Admissions answered after their second are placed in one of
+// the seconds they span, so a run that fits the budget passes however
+// they straddle; one that cannot fit fails, in the second that must take
+// the excess, and one second's own admissions past the budget always
+// fail.
+func TestWBLoadOverBudget(t *testing.T) {
+	load := func(own map[int64]int64, spans ...[2]int64) *wbLoad {
+		l := newWBLoad()
+		for w, n := range own {
+			l.admitted[w] += n
+		}
+		for _, sp := range spans {
+			l.admitted[sp[0]]++
+			l.spans = append(l.spans, sp)
+		}
+		return l
+	}
+	rep := func(n int, sp [2]int64) [][2]int64 { return slices.Repeat([][2]int64{sp}, n) }
+	for _, c := range []struct {
+		name string
+		l    *wbLoad
+		want string
+	}{
+		{"fits", load(map[int64]int64{1: 415, 2: 415}, rep(10, [2]int64{1, 2})...), "[]"},
+		{"fits after", load(map[int64]int64{1: 420, 2: 410}, rep(10, [2]int64{1, 2})...), "[]"},
+		{"one over", load(map[int64]int64{1: 415, 2: 416}, rep(10, [2]int64{1, 2})...), "[{2 421 416 1}]"},
+		{"own over", load(map[int64]int64{1: 421, 2: 0}), "[{1 421 421 0}]"},
+		{"spans three", load(map[int64]int64{1: 420, 2: 420, 3: 415}, rep(5, [2]int64{1, 3})...), "[]"},
+		{"spans three, over", load(map[int64]int64{1: 420, 2: 420, 3: 416}, rep(5, [2]int64{1, 3})...), "[{3 421 416 1}]"},
+		{"earliest deadline first", load(map[int64]int64{1: 418, 2: 419, 3: 418}, append(rep(2, [2]int64{1, 3}), rep(2, [2]int64{1, 2})...)...), "[]"},
+	} {
+		if got := fmt.Sprint(c.l.overBudget(420)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
 	}
 }
