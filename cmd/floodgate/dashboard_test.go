@@ -282,7 +282,9 @@ func TestDashboardRedisHealth(t *testing.T) {
 	srv := redistest.Standalone(t)
 	dir := t.TempDir()
 	writeRules(t, dir, "api.yaml", apiRules)
-	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr)
+	// a patient timeout: with the 50 ms default a starved host's slow call
+	// reads as an error while Redis is up (load 25 did that)
+	s := startServer(t, "--rules", dir, "--data", t.TempDir(), "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
 	s.ask(t, "api", desc("user", "a"))
 	h := snapshotOf(t, s.admin).Health
 	if h.Store != "redis" || h.Breaker != "closed" || h.Calls == 0 || h.Errors != 0 {

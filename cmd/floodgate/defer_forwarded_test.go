@@ -31,7 +31,9 @@ func TestProxyDeferForwarded(t *testing.T) {
 	defer up.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", deferRules)
-	p := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr)
+	// a patient timeout: with the 50 ms default a starved host's slow call
+	// is decided by the failure mode (open: forwarded, not deferred)
+	p := startProxy(t, up.URL, dir, "--store", "redis://"+srv.Addr, "--store-timeout", "10s")
 	for i, want := range []int{200, 202} {
 		req, _ := http.NewRequest("POST", "http://"+p.addrs["proxy"]+"/orders/x", strings.NewReader("b"))
 		req.Host = "shop.example"

@@ -138,7 +138,7 @@ func TestProxyDeadLetters(t *testing.T) {
 	defer us.Close()
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", deferRules)
-	p := startProxy(t, us.URL, dir, "--store", "redis://"+srv.Addr, "--admin-token", adminTestToken, "--defer-claim-idle", "300ms",
+	p := startProxy(t, us.URL, dir, "--store", "redis://"+srv.Addr, "--store-timeout", "10s", "--admin-token", adminTestToken, "--defer-claim-idle", "300ms",
 		"--defer-max-deliveries", "2", "--defer-max-dead", "2", "--defer-poll-concurrency", "1", "--defer-poll-rate", "1000")
 	base, admin := "http://"+p.addrs["proxy"], p.addrs["admin"]
 	post := func(path, body string) *http.Response {

@@ -86,33 +86,10 @@ func startServerNoClient(t *testing.T, args ...string) *server {
 	return s
 }
 
-// patientStore gives a Redis store named in args a store timeout of 10 s
-// unless args set one: the default (50 ms, adaptive) is the right answer
-// to a Redis that stalls, and the wrong one to a test host whose load
-// reaches 25, where a call that takes 60 ms would be decided by the
-// failure mode (open: admitted) and a test about deciding fails for the
-// host's sake. Tests about timeouts and failure modes set their own.
-func patientStore(args []string) []string {
-	redis, timeout := false, false
-	for i, a := range args {
-		switch {
-		case a == "--store" && i+1 < len(args) && strings.HasPrefix(args[i+1], "redis"), strings.HasPrefix(a, "--store=redis"):
-			redis = true
-		case a == "--store-timeout", strings.HasPrefix(a, "--store-timeout="):
-			timeout = true
-		}
-	}
-	if redis && !timeout {
-		return append(args[:len(args):len(args)], "--store-timeout", "10s")
-	}
-	return args
-}
-
 // startBinary runs the floodgate binary with args (which must ask for JSON
 // logs) until it has logged a listening address for each of apis.
 func startBinary(t *testing.T, args []string, apis ...string) *server {
 	t.Helper()
-	args = patientStore(args)
 	s := &server{cmd: exec.Command(binary, args...), done: make(chan struct{}), addrs: map[string]string{}}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

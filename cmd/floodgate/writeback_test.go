@@ -278,9 +278,14 @@ func TestWriteBackFourNodes(t *testing.T) {
 				over, unmeasured, want, local, exact, syncs, errs)
 			// a sync that timed out after Redis ran it is sent again: its
 			// hits count twice, or, applied once, go unmeasured (a starved
-			// host's timeouts; floodgate_tier_unmeasured_total says by how
-			// much the overshoot may be larger)
-			if l.ambiguous == 0 && (errs == 0 && (over != want || unmeasured != 0) || over+unmeasured < want) {
+			// host's timeouts); hits that reach Redis after their window
+			// is gone, or after a later sync, go unmeasured with no error
+			// at all (CI saw overshoot 11 of 11 with 13 unmeasured and no
+			// error). floodgate_tier_unmeasured_total says by how much the
+			// overshoot may be larger: the two together never fall short,
+			// and with nothing unmeasured and no error the overshoot is
+			// exact.
+			if l.ambiguous == 0 && (over+unmeasured < want || errs == 0 && unmeasured == 0 && over != want) {
 				t.Errorf("overshoot metric %g (unmeasured %g), want %g", over, unmeasured, want)
 			}
 			if over > want+float64(l.ambiguous) && errs == 0 {
